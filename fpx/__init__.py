@@ -1,0 +1,22 @@
+"""fpx: JAX-style floating-point transforms for numerical and deep-learning programs.
+
+    import fpx, fpx.numpy as fnp
+    rec = fpx.trace(f)(x)            # what fpx sees: the primitives f executes
+    y = fpx.formats.round(x, "bf16", "sr", rng)   # exact integer-domain rounding
+
+See docs/architecture.md for the core (primitives, interpreters, tracers).
+"""
+from fpx import core, formats, primitives  # noqa: F401  (primitives registers the set)
+from fpx import numpy  # noqa: F401
+try:
+    from fpx import nn, policy  # noqa: F401
+except ImportError:  # TEMP during development
+    pass
+from fpx.core import (EscapedTracerError, FpxError, UnsupportedFunctionError,  # noqa: F401
+                      UnsupportedOpError)
+from fpx.formats import Format  # noqa: F401
+from fpx.trace import trace  # noqa: F401
+
+__version__ = "0.1.0"
+__all__ = ["trace", "formats", "policy", "numpy", "nn", "core", "Format", "FpxError",
+           "UnsupportedOpError", "EscapedTracerError", "UnsupportedFunctionError"]

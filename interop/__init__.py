@@ -1,0 +1,1 @@
+"""Adapters for torch modules and Triton kernels, installed as ``fpx.interop``."""

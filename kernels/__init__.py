@@ -1,0 +1,1 @@
+"""Compute kernels (numba, CuPy raw kernels), installed as ``fpx.kernels``."""
