@@ -6,12 +6,9 @@
 
 See docs/architecture.md for the core (primitives, interpreters, tracers).
 """
-from fpx import core, formats, primitives  # noqa: F401  (primitives registers the set)
+from fpx import core, formats, policy, primitives  # noqa: F401  (primitives registers the set)
 from fpx import numpy  # noqa: F401
-try:
-    from fpx import nn, policy  # noqa: F401
-except ImportError:  # TEMP during development
-    pass
+from fpx import nn  # noqa: F401
 from fpx.core import (EscapedTracerError, FpxError, UnsupportedFunctionError,  # noqa: F401
                       UnsupportedOpError)
 from fpx.formats import Format  # noqa: F401

@@ -500,7 +500,7 @@ class Tracer:
     def __rfloordiv__(self, o): return _fnp().floor_divide(o, self)
     def __mod__(self, o): return _fnp().remainder(self, o)
     def __rmod__(self, o): return _fnp().remainder(o, self)
-    def __pow__(self, o): return _fnp().power(self, o)
+    def __pow__(self, o): return _fnp()._array_pow(self, o)
     def __rpow__(self, o): return _fnp().power(o, self)
     def __matmul__(self, o): return _fnp().matmul(self, o)
     def __rmatmul__(self, o): return _fnp().matmul(o, self)
@@ -513,13 +513,13 @@ class Tracer:
     def __ge__(self, o): return _fnp().greater_equal(self, o)
     def __eq__(self, o): return _fnp().equal(self, o)  # type: ignore[override]
     def __ne__(self, o): return _fnp().not_equal(self, o)  # type: ignore[override]
-    def __and__(self, o): return _fnp().logical_and(self, o)
-    def __rand__(self, o): return _fnp().logical_and(o, self)
-    def __or__(self, o): return _fnp().logical_or(self, o)
-    def __ror__(self, o): return _fnp().logical_or(o, self)
-    def __xor__(self, o): return _fnp().logical_xor(self, o)
-    def __rxor__(self, o): return _fnp().logical_xor(o, self)
-    def __invert__(self): return _fnp().logical_not(self)
+    def __and__(self, o): return _fnp().bitwise_and(self, o)
+    def __rand__(self, o): return _fnp().bitwise_and(o, self)
+    def __or__(self, o): return _fnp().bitwise_or(self, o)
+    def __ror__(self, o): return _fnp().bitwise_or(o, self)
+    def __xor__(self, o): return _fnp().bitwise_xor(self, o)
+    def __rxor__(self, o): return _fnp().bitwise_xor(o, self)
+    def __invert__(self): return _fnp().invert(self)
     __hash__ = object.__hash__
 
     def __getitem__(self, index):
@@ -532,13 +532,13 @@ class Tracer:
     def mT(self): return _fnp().matrix_transpose(self)
     def astype(self, dtype, copy=True): return _fnp().astype(self, dtype)
     def reshape(self, *shape, order="C"):
-        if len(shape) == 1 and not isinstance(shape[0], int):
+        if len(shape) == 1 and not isinstance(shape[0], (int, np.integer)):
             shape = tuple(shape[0])
         return _fnp().reshape(self, shape, order=order)
     def transpose(self, *axes):
-        if len(axes) == 1 and not isinstance(axes[0], int):
+        if len(axes) == 1 and not isinstance(axes[0], (int, np.integer)):
             axes = axes[0]
-        return _fnp().transpose(self, axes or None)
+        return _fnp().transpose(self, None if axes is None or len(axes) == 0 else axes)
     def swapaxes(self, a, b): return _fnp().swapaxes(self, a, b)
     def squeeze(self, axis=None): return _fnp().squeeze(self, axis)
     def flatten(self): return _fnp().reshape(self, (-1,))

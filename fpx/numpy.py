@@ -77,7 +77,7 @@ def asarray(x, dtype=None, *, copy=None, device=None):
     """Convert to an array; tracers stay tracers (cast if ``dtype`` is given)."""
     if isinstance(x, Tracer):
         return x if dtype is None else astype(x, dtype)
-    if isinstance(x, (list, tuple)) and any(isinstance(v, Tracer) for v in _flat(x)):
+    if isinstance(x, (list, tuple)) and builtins.any(isinstance(v, Tracer) for v in _flat(x)):
         out = stack([asarray(v) for v in x])
         return out if dtype is None else astype(out, dtype)
     xp = _xp(x) if device is None else _device_xp(device)
@@ -215,6 +215,26 @@ greater, greater_equal = _binary("gt", "greater"), _binary("ge", "greater_equal"
 equal, not_equal = _binary("eq", "equal"), _binary("ne", "not_equal")
 logical_and, logical_or = _binary("logical_and", "logical_and"), _binary("logical_or", "logical_or")
 logical_xor = _binary("logical_xor", "logical_xor")
+
+
+def _bool_bitwise(logical, np_name):
+    def f(*xs, out=None):
+        _no_out(out, np_name)
+        if builtins.any(np.dtype(_dtype(v)).kind != "b" for v in xs):
+            raise UnsupportedFunctionError(_unsupported_msg(
+                f"numpy.{np_name} on {', '.join(str(_dtype(v)) for v in xs)} (integer bit "
+                "operations; on bools it is the logical operation)"))
+        return logical(*xs)
+    f.__name__ = np_name
+    f.__doc__ = f"numpy.{np_name} on bool arrays (``&``, ``|``, ``^``, ``~`` of masks)."
+    return f
+
+
+bitwise_and = _bool_bitwise(logical_and, "bitwise_and")
+bitwise_or = _bool_bitwise(logical_or, "bitwise_or")
+bitwise_xor = _bool_bitwise(logical_xor, "bitwise_xor")
+invert = bitwise_not = bitwise_invert = _bool_bitwise(logical_not, "invert")
+
 _pow = _binary("pow", "power")
 
 
@@ -247,23 +267,25 @@ reciprocal = Composite("reciprocal", lambda x: divide(_one(x), x), _native("reci
 
 
 def _one(x):
-    return np.ones((), dtype=_dtype(x))[()] if _dtype(x).kind == "f" else 1.0
+    dt = _dtype(x)
+    return np.ones((), dtype=dt)[()] if dt.kind == "f" or _is_float_like(dt) else 1.0
 
 
 def power(x1, x2, /, out=None):
-    """numpy.power. Like ndarray.__pow__, a Python-scalar exponent 2, 0.5, -1, 1 becomes
-    square, sqrt, reciprocal, identity on float arrays (NumPy's ``fast_scalar_power``)."""
+    """numpy.power (the ufunc: no scalar-exponent shortcuts; see ``_array_pow`` for ``**``)."""
     _no_out(out, "power")
-    if isinstance(x2, (int, float)) and not isinstance(x2, bool) and _dtype(x1).kind == "f":
-        if x2 == 2:
-            return square(x1)
-        if x2 == 0.5:
-            return sqrt(x1)
-        if x2 == -1:
-            return reciprocal(x1)
-        if x2 == 1:
-            return x1
     return _pow(x1, x2)
+
+
+def _array_pow(x, o):
+    """``x ** o`` as ndarray.__pow__ computes it: NumPy's ``fast_scalar_power`` turns an exact
+    Python int exponent 2 into square (any dtype), -1 into reciprocal and an exact Python
+    float 0.5 into sqrt (NumPy float dtypes only); everything else is numpy.power."""
+    if type(o) is int and o == 2:
+        return square(x)
+    if _dtype(x).kind == "f" and ((type(o) is int and o == -1) or (type(o) is float and o == 0.5)):
+        return reciprocal(x) if o == -1 else sqrt(x)
+    return _pow(x, o)
 
 
 pow = power
@@ -275,36 +297,59 @@ trunc = Composite("trunc", lambda x: where(less(x, 0), ceil(x), floor(x)), _nati
 
 
 def _clip_decomp(x, lo, hi):
-    if lo is not None:
-        x = maximum(x, lo)
-    if hi is not None:
-        x = minimum(x, hi)
-    return x
+    """numpy.clip = minimum(maximum(x, lo), hi), NaN-propagating (numpy/_core/_methods.py).
+    NumPy has no clip loop for ml_dtypes formats and runs float32's, so bf16/fp8 clip returns
+    float32 as it does there (two-sided clips only). Which operand a +0 == -0 tie returns
+    is not modelled: the decomposition may differ from np.clip in the sign of a zero.)"""
+    if lo is None or hi is None:  # one-sided: NumPy's own maximum / minimum
+        return x if lo is None and hi is None else (
+            minimum(x, hi) if lo is None else maximum(x, lo))
+    if builtins.any(np.dtype(_dtype(v)).kind == "V" for v in (x, lo, hi) if hasattr(v, "dtype")) \
+            and np.result_type(_dtype(x), np.float32) == np.float32:
+        x = astype(x, np.float32)
+    return minimum(maximum(x, lo), hi)
 
 
 _clip = Composite("clip", _clip_decomp, lambda B: B.xp.clip, kind="elementwise")
 
 
 def clip(a, a_min=None, a_max=None, out=None, *, min=None, max=None):
-    """numpy.clip: minimum(maximum(a, a_min), a_max) (NaN propagates)."""
+    """numpy.clip: minimum(maximum(a, a_min), a_max) (NaN propagates; no bounds: ``a``)."""
     _no_out(out, "clip")
     lo = a_min if a_min is not None else min
     hi = a_max if a_max is not None else max
-    if lo is None and hi is None:
-        raise ValueError("fpx.numpy.clip: one of a_min, a_max must be given")
     return _clip.bind(a, lo, hi)
 
 
 def round(a, decimals=0, out=None):
-    """numpy.round: round half to even; ``decimals`` != 0 scales by 10**decimals as NumPy does."""
+    """numpy.round: round half to even; ``decimals`` != 0 scales by 10**decimals as NumPy does
+    (PyArray_Round: each step is stored in the input's dtype; integers are returned unchanged
+    for ``decimals >= 0`` and rounded in float64, then cast back, for ``decimals < 0``)."""
     _no_out(out, "round")
-    if decimals == 0 or _dtype(a).kind in "iub":
+    dt = _dtype(a)
+    if dt.kind in "iu":
+        if decimals >= 0:
+            return a
+        f = _power_of_ten(-decimals)
+        return astype(multiply(rint(divide(a, f)), f), dt)
+    if decimals == 0:
         return rint(a)
-    if decimals > 0:
-        f = 10.0 ** decimals
-        return divide(rint(multiply(a, f)), f)
-    f = 10.0 ** (-decimals)
-    return multiply(rint(divide(a, f)), f)
+
+    def keep(v):  # NumPy writes every step into an array of a's dtype (out=, unsafe cast)
+        return v if _dtype(v) == dt else astype(v, dt)
+    op1, op2 = (multiply, divide) if decimals > 0 else (divide, multiply)
+    f = _power_of_ten(builtins.abs(decimals))
+    return keep(op2(keep(rint(keep(op1(a, f)))), f))
+
+
+def _power_of_ten(n):
+    """NumPy's power_of_ten (calculation.c): a table up to 1e8, then repeated *10."""
+    if n < 9:
+        return float(10 ** n)
+    r = 1e9
+    for _ in range(n - 9):
+        r *= 10.0
+    return r
 
 
 around = round
@@ -519,7 +564,7 @@ def logsumexp(a, axis=None, keepdims=False):
 # =============================================================================================
 # Movement (exact)
 # =============================================================================================
-def reshape(a, shape=None, /, order="C", *, newshape=None, copy=None):
+def reshape(a, /, shape=None, order="C", *, newshape=None, copy=None):
     """numpy.reshape (C order only)."""
     if order not in ("C", "A"):
         raise ValueError("fpx.numpy.reshape: only C order is supported")
@@ -683,7 +728,7 @@ def take(a, indices, axis=None, out=None, mode="raise"):
     return _getitem(a, (slice(None),) * ax + (_concrete_index(indices, "take indices"),))
 
 
-def take_along_axis(arr, indices, axis):
+def take_along_axis(arr, indices, axis=-1):
     idx = np.asarray(_concrete_index(indices, "take_along_axis indices"))
     if axis is None:
         return take(ravel(arr), idx)
@@ -776,7 +821,15 @@ def _tensordot_decomp(a, b, *, axes=2):
     k = int(np.prod([sa[i] for i in ax_a], dtype=np.int64))
     a2 = reshape(transpose(a, free_a + ax_a), (-1, k) if free_a else (1, k))
     b2 = reshape(transpose(b, ax_b + free_b), (k, -1) if free_b else (k, 1))
-    return reshape(matmul(a2, b2), tuple(sa[i] for i in free_a) + tuple(sb[i] for i in free_b))
+    r = reshape(matmul(a2, b2), tuple(sa[i] for i in free_a) + tuple(sb[i] for i in free_b))
+    return _dot_dtype(r, a, b)
+
+
+def _dot_dtype(r, a, b):
+    """numpy.dot/tensordot return the operands' promoted dtype, but ml_dtypes' matmul returns
+    float32 for bfloat16 operands: cast back to match."""
+    dt = np.result_type(_dtype(a), _dtype(b))
+    return r if _dtype(r) == dt else astype(r, dt)
 
 
 _tensordot = Composite("tensordot", _tensordot_decomp,
@@ -792,7 +845,7 @@ def _dot_decomp(a, b):
     if _ndim(a) == 0 or _ndim(b) == 0:
         return multiply(a, b)
     if _ndim(b) <= 2:
-        return matmul(a, b)
+        return _dot_dtype(matmul(a, b), a, b)
     return _tensordot_decomp(a, b, axes=([-1], [-2]))
 
 
@@ -812,6 +865,8 @@ def _vecdot_decomp(x1, x2, *, axis=-1):
 
 
 def _vecdot_native(B):
+    if not hasattr(B.xp, "vecdot"):  # NumPy < 2, older CuPy: run the decomposition
+        return _vecdot_decomp
     return lambda x1, x2, *, axis=-1: B.xp.vecdot(x1, x2, axis=axis)
 
 
@@ -967,8 +1022,8 @@ _UFUNCS = {
     np.logical_or: logical_or, np.logical_xor: logical_xor, np.logical_not: logical_not,
     np.isnan: isnan, np.isinf: isinf, np.isfinite: isfinite, np.floor_divide: floor_divide,
     np.remainder: remainder, np.matmul: matmul, np.clip: clip, np.vecdot: vecdot,
-    np.bitwise_and: logical_and, np.bitwise_or: logical_or, np.bitwise_xor: logical_xor,
-    np.invert: logical_not,
+    np.bitwise_and: bitwise_and, np.bitwise_or: bitwise_or, np.bitwise_xor: bitwise_xor,
+    np.invert: invert,
 }
 _UFUNC_REDUCE = {np.add: sum, np.multiply: prod, np.maximum: max, np.minimum: min,
                  np.logical_and: all, np.logical_or: any}
@@ -977,7 +1032,7 @@ _UFUNC_REDUCE = {np.add: sum, np.multiply: prod, np.maximum: max, np.minimum: mi
 def _dispatch_ufunc(ufunc, method, inputs, kwargs):
     kwargs = dict(kwargs)
     out = kwargs.pop("out", None)
-    if out is not None and out != (None,) * len(out):
+    if out is not None and builtins.any(o is not None for o in out):
         raise TypeError(f"fpx: numpy.{ufunc.__name__}(..., out=...) writes in place; tracers "
                         "are immutable, use the returned value")
     if kwargs.pop("where", True) is not True:
@@ -986,14 +1041,15 @@ def _dispatch_ufunc(ufunc, method, inputs, kwargs):
     dtype = kwargs.pop("dtype", None)
     kwargs.pop("casting", None), kwargs.pop("order", None), kwargs.pop("subok", None)
     if method == "__call__":
-        f = _UFUNCS.get(ufunc)
+        f = _UFUNCS.get(ufunc) or _FUNCTIONS.get(ufunc)  # register_function works for ufuncs
         if f is None:
             raise UnsupportedFunctionError(_unsupported_msg(f"numpy.{ufunc.__name__} (ufunc)"))
+        kw = {"axis": kwargs.pop("axis")} if ufunc is np.vecdot and "axis" in kwargs else {}
         if kwargs:
             raise TypeError(f"fpx: numpy.{ufunc.__name__}: unsupported keywords {sorted(kwargs)}")
         if dtype is not None:
             inputs = [astype(x, dtype) for x in inputs]
-        return f(*inputs)
+        return f(*inputs, **kw)
     if method == "reduce" and ufunc in _UFUNC_REDUCE:
         a = inputs[0]
         axis = kwargs.pop("axis", 0)
@@ -1041,7 +1097,8 @@ _NP_NAMES = [
     "round", "around", "zeros_like", "ones_like", "empty_like", "full_like", "astype", "square",
 ]
 for _n in _NP_NAMES:
-    if hasattr(np, _n):
+    # aliases (np.permute_dims is np.transpose) keep their first, NumPy-signature entry
+    if hasattr(np, _n) and getattr(np, _n) not in _FUNCTIONS:
         register_function(getattr(np, _n), globals()[_n])
 register_function(np.shape, _shape)
 register_function(np.ndim, _ndim)

@@ -84,8 +84,10 @@ def _cast(B):
         """``to`` is an fpx Format or a NumPy integer/bool dtype."""
         from fpx import formats
         if isinstance(to, formats.Format):
-            if to.name == "tf32":  # no storage dtype: round float32's significand to 10 bits
-                return formats.round(B.xp.asarray(x).astype(B.xp.float32), to, "rn")
+            if to.name == "tf32":  # no storage dtype: round once to 11 bits in float32's range
+                x = B.xp.asarray(x)  # (not via float32 first: that would round twice)
+                return formats.round(x.astype(B.xp.float64) if x.dtype.kind in "iub" else x,
+                                     to, "rn")
             return B.xp.asarray(x).astype(to.dtype)
         return B.xp.asarray(x).astype(to)
     return cast

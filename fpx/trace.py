@@ -110,11 +110,12 @@ tree.register_node(TraceRecord, lambda r: ([r.outputs], (r.invars, r.eqns, r.out
 
 
 class TraceTracer(Tracer):
-    __slots__ = ("var",)
+    # not ``var``: that name is the array method ``x.var()`` (variance)
+    __slots__ = ("tvar",)
 
     def __init__(self, interp, primal, var):
         super().__init__(interp, primal)
-        self.var = var
+        self.tvar = var
 
 
 class TraceInterpreter(Interpreter):
@@ -135,9 +136,9 @@ class TraceInterpreter(Interpreter):
             return prim.decomposition(*args, **params)
         primals = [a.primal if own(self, a) else a for a in args]
         out = self.bind_parent(prim, *primals, **params)
-        invars = tuple(a.var if own(self, a) else a for a in args)
+        invars = tuple(a.tvar if own(self, a) else a for a in args)
         t = TraceTracer(self, out, self.new_var(out))
-        self.eqns.append(Eqn(prim, invars, t.var, dict(params)))
+        self.eqns.append(Eqn(prim, invars, t.tvar, dict(params)))
         return t
 
 
@@ -165,11 +166,11 @@ def trace(f, *, inline: bool = False):
 
         def make(interp, x):
             t = TraceTracer(interp, x, interp.new_var(x))
-            invars.append(t.var)
+            invars.append(t.tvar)
             return t
         interp, out = run(lambda p: TraceInterpreter(p, inline), make, f, args, kwargs)
         leaves, td = tree.flatten(out)
-        outvars = [x.var if own(interp, x) else x for x in leaves]
+        outvars = [x.tvar if own(interp, x) else x for x in leaves]
         values = tree.unflatten(td, [x.primal if own(interp, x) else x for x in leaves])
         return TraceRecord(invars, interp.eqns, outvars, values)
     return traced

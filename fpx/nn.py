@@ -1,0 +1,710 @@
+"""``fpx.nn``: neural-network operations as fpx composites (like ``torch.nn.functional``).
+
+Each operation is a :class:`~fpx.core.Composite` registered under its own name, so a transform
+may give it a rule of its own (interval softmax with the monotone bound, ABFT on conv lowered to
+matmul); where it does not, the decomposition below -- written only with :mod:`fpx.numpy` --
+runs under that transform. Eagerly, the eval interpreter runs the same decomposition.
+
+All functions keep the input dtype (float64, float32, float16, bfloat16): constants are scalars
+of the input's dtype, and a matmul whose backend returns a wider type (NumPy computes bfloat16
+matmul in float32) is rounded back to the operands' dtype, as a framework does.
+
+==================================  ================================================================
+``relu(x)``                         max(x, 0)
+``sigmoid(x)``                      1 / (1 + exp(-x))
+``silu(x)``                         x * sigmoid(x)
+``gelu(x, approximate)``            0.5 x (1 + erf(x/sqrt2)); or 0.5 x (1 + tanh(c (x + k x^3)))
+``softmax(x, axis)``                e / sum(e) with e = exp(x - max(x))
+``log_softmax(x, axis)``            (x - max) - log(sum(exp(x - max)))
+``layer_norm``                      (x - mean) / sqrt(var + eps) * weight + bias (biased variance)
+``rms_norm``                        x / sqrt(mean(x^2) + eps) * weight
+``conv`` (``conv1d/2d``)            cross-correlation: im2col by strided slicing + one matmul
+``max_pool`` / ``avg_pool``         the same windows, reduced: max, or sum / count (and 1d/2d)
+``scaled_dot_product_attention``    softmax(q k^T * scale + mask) v
+``cross_entropy``                   -log_softmax(logits)[label] (or -sum(p * log_softmax))
+``linear(x, w, b)``                 x @ w.T + b (PyTorch weight layout)
+``embedding(ids, table)``           table[ids]
+==================================  ================================================================
+
+Semantics follow PyTorch (``torch.nn.functional``) unless stated: NCHW layout, conv weights
+(O, C/groups, k...), pooling without ``ceil_mode``, attention rows that are entirely masked
+give 0 (PyTorch's math backend, ``_safe_softmax``).
+"""
+from __future__ import annotations
+
+import itertools
+import math
+import operator
+
+import numpy as np
+
+from fpx import numpy as fnp
+from fpx.core import PRIMITIVES, Composite
+
+__all__ = [
+    "relu", "sigmoid", "silu", "gelu", "softmax", "log_softmax", "layer_norm", "rms_norm",
+    "conv", "conv1d", "conv2d", "max_pool", "max_pool1d", "max_pool2d", "avg_pool",
+    "avg_pool1d", "avg_pool2d", "scaled_dot_product_attention", "cross_entropy", "linear",
+    "embedding",
+]
+
+_GETITEM = PRIMITIVES["getitem"]
+
+
+# --------------------------------------------------------------------------------------------
+# helpers (shapes and constants only; no arithmetic on data)
+# --------------------------------------------------------------------------------------------
+def _shape(x):
+    return tuple(x.shape) if hasattr(x, "shape") else np.shape(x)
+
+
+def _dtype(x):
+    return np.dtype(x.dtype) if hasattr(x, "dtype") else np.result_type(x)
+
+
+def _is_float(dt) -> bool:
+    dt = np.dtype(dt)
+    return dt.kind == "f" or dt.kind == "V"  # ml_dtypes' bfloat16 / float8 have kind 'V'
+
+
+def _c(value, like):
+    """``value`` as a scalar of ``like``'s dtype when that is a float type (so that NumPy's
+    promotion does not widen float16/bfloat16), else as the Python number."""
+    dt = _dtype(like)
+    if _is_float(dt):
+        return np.asarray(value, dtype=dt)[()]
+    return value
+
+
+def _result_float_dtype(*xs):
+    return np.result_type(*[_dtype(x) for x in xs])
+
+
+def _mm(a, b):
+    """matmul in the operands' dtype (NumPy returns float32 for bfloat16 operands: the
+    float32-accumulated product is rounded back, as frameworks do)."""
+    r = fnp.matmul(a, b)
+    want = _result_float_dtype(a, b)
+    return r if _dtype(r) == want else fnp.astype(r, want)
+
+
+def _axis(axis, ndim, name="axis"):
+    try:
+        a = operator.index(axis)
+    except TypeError:
+        raise TypeError(f"fpx.nn: {name} must be an integer, got {axis!r}") from None
+    if not -ndim <= a < ndim:
+        raise ValueError(f"fpx.nn: {name}={axis} is out of range for an array of ndim {ndim}")
+    return a % ndim
+
+
+def _tuple(v, n, name):
+    """An int or a length-n sequence of ints as a tuple of n ints."""
+    if isinstance(v, (int, np.integer)):
+        return (int(v),) * n
+    t = tuple(int(operator.index(i)) for i in v)
+    if len(t) == 1 and n > 1:
+        return t * n
+    if len(t) != n:
+        raise ValueError(f"fpx.nn: {name} must be an int or a sequence of {n} ints, got {v!r}")
+    return t
+
+
+def _getitem(x, index):
+    return _GETITEM.bind(x, index=index)
+
+
+# --------------------------------------------------------------------------------------------
+# activations
+# --------------------------------------------------------------------------------------------
+def _relu_decomp(x):
+    """relu(x) = maximum(x, 0) (NaN propagates)."""
+    return fnp.maximum(x, _c(0, x))
+
+
+_relu = Composite("relu", _relu_decomp, kind="elementwise")
+
+
+def relu(x):
+    """max(x, 0), elementwise; NaN stays NaN."""
+    return _relu.bind(x)
+
+
+def _sigmoid_decomp(x):
+    """sigmoid(x) = 1 / (1 + exp(-x))."""
+    return fnp.divide(_c(1, x), fnp.add(_c(1, x), fnp.exp(fnp.negative(x))))
+
+
+_sigmoid = Composite("sigmoid", _sigmoid_decomp, kind="transcendental")
+
+
+def sigmoid(x):
+    """1 / (1 + exp(-x)), elementwise (0 at -inf, 1 at +inf)."""
+    return _sigmoid.bind(x)
+
+
+def _silu_decomp(x):
+    """silu(x) = x * sigmoid(x)."""
+    return fnp.multiply(x, _sigmoid.bind(x))
+
+
+_silu = Composite("silu", _silu_decomp, kind="transcendental")
+
+
+def silu(x):
+    """x * sigmoid(x) (swish); the IEEE value at -inf is -inf * 0 = NaN."""
+    return _silu.bind(x)
+
+
+_SQRT1_2 = 0.7071067811865476            # 1/sqrt(2)
+_SQRT_2_OVER_PI = 0.7978845608028654     # sqrt(2/pi)
+_GELU_KAPPA = 0.044715
+
+
+def _gelu_decomp(x, *, approximate="none"):
+    """erf form: x*0.5 * (1 + erf(x * (1/sqrt 2)));
+    tanh form: 0.5*x * (1 + tanh(sqrt(2/pi) * (x + 0.044715 * x*x*x)))."""
+    half, one = _c(0.5, x), _c(1, x)
+    if approximate == "tanh":
+        cube = fnp.multiply(fnp.multiply(x, x), x)
+        inner = fnp.multiply(_c(_SQRT_2_OVER_PI, x),
+                             fnp.add(x, fnp.multiply(_c(_GELU_KAPPA, x), cube)))
+        return fnp.multiply(fnp.multiply(half, x), fnp.add(one, fnp.tanh(inner)))
+    return fnp.multiply(fnp.multiply(x, half),
+                        fnp.add(one, fnp.erf(fnp.multiply(x, _c(_SQRT1_2, x)))))
+
+
+_gelu = Composite("gelu", _gelu_decomp, kind="transcendental")
+
+
+def gelu(x, approximate="none"):
+    """Gaussian error linear unit: ``approximate="none"`` 0.5·x·(1+erf(x/√2)),
+    ``"tanh"`` 0.5·x·(1+tanh(√(2/π)(x+0.044715x³))) (PyTorch's two forms)."""
+    if approximate not in ("none", "tanh"):
+        raise ValueError(f"fpx.nn.gelu: approximate must be 'none' or 'tanh', got {approximate!r}")
+    return _gelu.bind(x, approximate=approximate)
+
+
+# --------------------------------------------------------------------------------------------
+# softmax family
+# --------------------------------------------------------------------------------------------
+def _softmax_decomp(x, *, axis=-1):
+    """e / sum(e) with e = exp(x - max(x)) (a +inf entry makes the row NaN, an all -inf row
+    is NaN, as in PyTorch)."""
+    m = fnp.max(x, axis, keepdims=True)
+    e = fnp.exp(fnp.subtract(x, m))
+    return fnp.divide(e, fnp.sum(e, axis, keepdims=True))
+
+
+_softmax = Composite("softmax", _softmax_decomp, kind="reduction")
+
+
+def softmax(x, axis=-1):
+    """softmax along ``axis``: exp(x - max) / sum(exp(x - max))."""
+    return _softmax.bind(x, axis=_axis(axis, len(_shape(x))))
+
+
+def _log_softmax_decomp(x, *, axis=-1):
+    """(x - m) - log(sum(exp(x - m))) with m = max(x)."""
+    s = fnp.subtract(x, fnp.max(x, axis, keepdims=True))
+    return fnp.subtract(s, fnp.log(fnp.sum(fnp.exp(s), axis, keepdims=True)))
+
+
+_log_softmax = Composite("log_softmax", _log_softmax_decomp, kind="reduction")
+
+
+def log_softmax(x, axis=-1):
+    """log(softmax(x)) along ``axis``, computed as (x - max) - log(sum(exp(x - max)))."""
+    return _log_softmax.bind(x, axis=_axis(axis, len(_shape(x))))
+
+
+# --------------------------------------------------------------------------------------------
+# normalization
+# --------------------------------------------------------------------------------------------
+def _affine(y, weight, bias):
+    if weight is not None:
+        y = fnp.multiply(y, weight)
+    if bias is not None:
+        y = fnp.add(y, bias)
+    return y
+
+
+def _layer_norm_decomp(x, weight, bias, *, axes, eps):
+    """mu = mean(x); d = x - mu; var = mean(d*d); y = d / sqrt(var + eps) * weight + bias."""
+    mu = fnp.mean(x, axes, keepdims=True)
+    d = fnp.subtract(x, mu)
+    v = fnp.mean(fnp.multiply(d, d), axes, keepdims=True)
+    y = fnp.divide(d, fnp.sqrt(fnp.add(v, _c(eps, x))))
+    return _affine(y, weight, bias)
+
+
+_layer_norm = Composite("layer_norm", _layer_norm_decomp, kind="reduction")
+
+
+def layer_norm(x, normalized_shape=None, weight=None, bias=None, eps=1e-5, *, axis=None):
+    """Layer normalization, (x - mean) / sqrt(var + eps) * weight + bias, with the biased
+    variance over the normalized dims.
+
+    ``normalized_shape`` (int or tuple) has PyTorch's meaning: the trailing dims of ``x``, which
+    it must match. Alternatively give NumPy-style ``axis=`` (int or tuple). With neither, the
+    last axis. ``weight`` and ``bias`` broadcast against ``x``.
+    """
+    shp = _shape(x)
+    nd = len(shp)
+    if normalized_shape is not None and axis is not None:
+        raise ValueError("fpx.nn.layer_norm: give normalized_shape or axis, not both")
+    if normalized_shape is not None:
+        ns = (int(normalized_shape),) if isinstance(normalized_shape, (int, np.integer)) \
+            else tuple(int(s) for s in normalized_shape)
+        if len(ns) == 0 or len(ns) > nd or tuple(shp[nd - len(ns):]) != ns:
+            raise ValueError(f"fpx.nn.layer_norm: normalized_shape {ns} does not match the "
+                             f"trailing dims of an input of shape {shp}")
+        axes = tuple(range(nd - len(ns), nd))
+    elif axis is not None:
+        axes = tuple(sorted({_axis(a, nd) for a in (axis if isinstance(axis, (tuple, list))
+                                                    else (axis,))}))
+    else:
+        axes = (_axis(-1, nd),)
+    return _layer_norm.bind(x, weight, bias, axes=axes, eps=float(eps))
+
+
+def _rms_norm_decomp(x, weight, *, axis, eps):
+    """y = x / sqrt(mean(x*x) + eps) * weight."""
+    ms = fnp.mean(fnp.multiply(x, x), axis, keepdims=True)
+    y = fnp.divide(x, fnp.sqrt(fnp.add(ms, _c(eps, x))))
+    return _affine(y, weight, None)
+
+
+_rms_norm = Composite("rms_norm", _rms_norm_decomp, kind="reduction")
+
+
+def rms_norm(x, weight=None, eps=1e-6, axis=-1):
+    """Root-mean-square normalization along ``axis`` (int or tuple):
+    x / sqrt(mean(x²) + eps) * weight."""
+    nd = len(_shape(x))
+    axes = tuple(sorted({_axis(a, nd) for a in (axis if isinstance(axis, (tuple, list))
+                                                else (axis,))}))
+    return _rms_norm.bind(x, weight, axis=axes, eps=float(eps))
+
+
+# --------------------------------------------------------------------------------------------
+# sliding windows (convolution and pooling)
+# --------------------------------------------------------------------------------------------
+def _out_size(n, k, s, d):
+    return (n - d * (k - 1) - 1) // s + 1
+
+
+def _window_index(offs, stride, dilation, out, lead=2):
+    """The strided slice that picks, for kernel offset ``offs``, the input element of every
+    output position: ``x[..., o*d : o*d + s*(out-1) + 1 : s]`` per spatial dim."""
+    return (slice(None),) * lead + tuple(
+        slice(o * d, o * d + s * (m - 1) + 1, s)
+        for o, d, s, m in zip(offs, dilation, stride, out))
+
+
+def _windows(x, ksize, stride, dilation):
+    """The prod(ksize) shifted strided views of the (already padded) x of shape (N, C, *S),
+    kernel offsets in C order, each of shape (N, C, *out); and ``out``."""
+    sp = _shape(x)[2:]
+    out = tuple(_out_size(n, k, s, d) for n, k, s, d in zip(sp, ksize, stride, dilation))
+    views = [_getitem(x, _window_index(offs, stride, dilation, out))
+             for offs in itertools.product(*(range(k) for k in ksize))]
+    return views, out
+
+
+def _pad_spatial(x, pads, value):
+    if all(lo == 0 and hi == 0 for lo, hi in pads):
+        return x
+    return fnp.pad(x, ((0, 0), (0, 0)) + tuple(pads), constant_values=value)
+
+
+def _conv_decomp(x, w, b, *, stride, padding, dilation, groups):
+    """im2col + one matmul. x (N, C, *S), w (O, C/g, *k), b (O,) or None:
+    pad; stack the prod(k) shifted strided windows into cols (N, C, K, *out); rearrange to
+    (g, C/g*K, N*P); y = w.reshape(g, O/g, C/g*K) @ cols; back to (N, O, *out); add b."""
+    n, c = _shape(x)[:2]
+    o, cg = _shape(w)[:2]
+    ksize = _shape(w)[2:]
+    g = groups
+    og = o // g
+    kk = math.prod(ksize)
+    x = _pad_spatial(x, padding, 0)
+    views, out = _windows(x, ksize, stride, dilation)
+    p = math.prod(out)
+    cols = fnp.stack(views, axis=2) if len(views) > 1 else fnp.expand_dims(views[0], 2)
+    cols = fnp.reshape(cols, (n, g, cg * kk, p))
+    cols = fnp.transpose(cols, (1, 2, 0, 3))                      # (g, C/g*K, N, P)
+    if g == 1:
+        y = _mm(fnp.reshape(w, (og, cg * kk)), fnp.reshape(cols, (cg * kk, n * p)))
+    else:
+        y = _mm(fnp.reshape(w, (g, og, cg * kk)), fnp.reshape(cols, (g, cg * kk, n * p)))
+    y = fnp.reshape(y, (g, og, n) + out)
+    y = fnp.transpose(y, (2, 0, 1) + tuple(range(3, 3 + len(out))))  # (N, g, O/g, *out)
+    y = fnp.reshape(y, (n, o) + out)
+    if b is not None:
+        y = fnp.add(y, fnp.reshape(b, (o,) + (1,) * len(out)))
+    return y
+
+
+_conv = Composite("conv", _conv_decomp, kind="matmul")
+
+
+def _conv_padding(padding, nd, ksize, stride, dilation):
+    if isinstance(padding, str):
+        if padding == "valid":
+            return ((0, 0),) * nd
+        if padding == "same":
+            if any(s != 1 for s in stride):
+                raise ValueError("fpx.nn.conv: padding='same' is not supported for strided "
+                                 "convolutions (as in PyTorch)")
+            pads = []
+            for k, d in zip(ksize, dilation):
+                total = d * (k - 1)
+                pads.append((total // 2, total - total // 2))  # the extra one on the right
+            return tuple(pads)
+        raise ValueError(f"fpx.nn.conv: padding must be an int, a tuple, 'same' or 'valid', "
+                         f"got {padding!r}")
+    if isinstance(padding, (int, np.integer)):
+        pads = ((int(padding), int(padding)),) * nd
+    else:
+        items = list(padding)
+        if len(items) == nd and all(isinstance(p, (tuple, list)) for p in items):
+            pads = tuple((int(lo), int(hi)) for lo, hi in items)
+        else:
+            pads = tuple((p, p) for p in _tuple(items, nd, "padding"))
+    if any(lo < 0 or hi < 0 for lo, hi in pads):
+        raise ValueError(f"fpx.nn.conv: negative padding {padding!r}")
+    return pads
+
+
+def conv(x, w, b=None, stride=1, padding=0, dilation=1, groups=1):
+    """N-d cross-correlation with PyTorch semantics (``torch.nn.functional.conv1d/conv2d``).
+
+    x: (N, C, L) / (N, C, H, W) (or unbatched without N); w: (O, C/groups, k...); b: (O,) or
+    None. ``stride``/``dilation``: int or tuple; ``padding``: int, tuple of ints, tuple of
+    (lo, hi) pairs, ``"same"`` (stride 1; odd total padding puts the extra element on the
+    right) or ``"valid"``; zero padding.
+
+        y[n, o, i] = b[o] + sum_{c, t} x_pad[n, g*C/g + c, i*s + t*d] * w[o, c, t]
+
+    with g = o // (O/groups).
+
+    Lowered to im2col by strided slicing and one matmul (groups as a batch dim).
+    """
+    ws, xs = _shape(w), _shape(x)
+    nd = len(ws) - 2
+    if nd < 1:
+        raise ValueError(f"fpx.nn.conv: weight must be (O, C/groups, k...), got shape {ws}")
+    if len(xs) not in (nd + 1, nd + 2):
+        raise ValueError(f"fpx.nn.conv: a {nd}-d convolution needs a ({nd + 2})-d input "
+                         f"(N, C, ...) or an unbatched ({nd + 1})-d one, got shape {xs}")
+    unbatched = len(xs) == nd + 1
+    if unbatched:
+        x = fnp.expand_dims(x, 0)
+        xs = (1,) + xs
+    groups = operator.index(groups)
+    c, o, cg = xs[1], ws[0], ws[1]
+    ksize = tuple(ws[2:])
+    if groups < 1:
+        raise ValueError(f"fpx.nn.conv: groups must be positive, got {groups}")
+    if c % groups:
+        raise ValueError(f"fpx.nn.conv: groups={groups} does not divide the {c} input channels")
+    if o % groups:
+        raise ValueError(f"fpx.nn.conv: groups={groups} does not divide the {o} output channels")
+    if cg * groups != c:
+        raise ValueError(f"fpx.nn.conv: weight of shape {ws} with groups={groups} expects input "
+                         f"with {cg * groups} channels, but got {c} channels (input shape {xs})")
+    stride = _tuple(stride, nd, "stride")
+    dilation = _tuple(dilation, nd, "dilation")
+    if any(s < 1 for s in stride) or any(d < 1 for d in dilation):
+        raise ValueError(f"fpx.nn.conv: stride {stride} and dilation {dilation} must be positive")
+    if any(k < 1 for k in ksize):
+        raise ValueError(f"fpx.nn.conv: empty kernel of shape {ksize}")
+    pads = _conv_padding(padding, nd, ksize, stride, dilation)
+    for n, (lo, hi), k, d in zip(xs[2:], pads, ksize, dilation):
+        if n + lo + hi < d * (k - 1) + 1:
+            padded = tuple(m + a + z for m, (a, z) in zip(xs[2:], pads))
+            raise ValueError(f"fpx.nn.conv: kernel size {ksize} (dilation {dilation}) is larger "
+                             f"than the padded input {padded}")
+    if b is not None and _shape(b) != (o,):
+        raise ValueError(f"fpx.nn.conv: bias must have shape ({o},), got {_shape(b)}")
+    y = _conv.bind(x, w, b, stride=stride, padding=pads, dilation=dilation, groups=groups)
+    return fnp.reshape(y, _shape(y)[1:]) if unbatched else y
+
+
+def _check_nd(w, nd, name):
+    if len(_shape(w)) != nd + 2:
+        raise ValueError(f"fpx.nn.{name}: weight must be {nd + 2}-d (O, C/groups, k...), got "
+                         f"shape {_shape(w)}")
+
+
+def conv1d(x, w, b=None, stride=1, padding=0, dilation=1, groups=1):
+    """1-d :func:`conv`: x (N, C, L), w (O, C/groups, k)."""
+    _check_nd(w, 1, "conv1d")
+    return conv(x, w, b, stride, padding, dilation, groups)
+
+
+def conv2d(x, w, b=None, stride=1, padding=0, dilation=1, groups=1):
+    """2-d :func:`conv`: x (N, C, H, W), w (O, C/groups, kh, kw)."""
+    _check_nd(w, 2, "conv2d")
+    return conv(x, w, b, stride, padding, dilation, groups)
+
+
+# --------------------------------------------------------------------------------------------
+# pooling
+# --------------------------------------------------------------------------------------------
+def _max_pool_decomp(x, *, kernel_size, stride, padding, dilation):
+    """Pad with -inf, stack the windows on a new axis, reduce_max over it (NaN propagates)."""
+    dt = _dtype(x)
+    low = -np.inf if _is_float(dt) else (np.iinfo(dt).min if dt.kind in "iu" else False)
+    x = _pad_spatial(x, tuple((p, p) for p in padding), low)
+    views, _ = _windows(x, kernel_size, stride, dilation)
+    if len(views) == 1:
+        return views[0]
+    return fnp.max(fnp.stack(views, axis=2), axis=2)
+
+
+_max_pool = Composite("max_pool", _max_pool_decomp, kind="reduction")
+
+
+def _avg_pool_decomp(x, *, kernel_size, stride, padding, count_include_pad):
+    """Pad with 0, stack the windows, sum over them, divide by prod(kernel_size) (or, with
+    count_include_pad=False, by the number of non-padding elements of each window)."""
+    nd = len(kernel_size)
+    pads = tuple((p, p) for p in padding)
+    x = _pad_spatial(x, pads, 0)
+    views, out = _windows(x, kernel_size, stride, (1,) * nd)
+    s = fnp.sum(fnp.stack(views, axis=2), axis=2) if len(views) > 1 else views[0]
+    if count_include_pad or not any(padding):
+        return fnp.divide(s, _c(math.prod(kernel_size), s))
+    # per-position count of real (non-padding) elements: a constant computed from shapes only
+    sp = tuple(n - 2 * p for n, p in zip(_shape(x)[2:], padding))
+    ones = np.pad(np.ones(sp), pads)
+    cnt = sum(ones[_window_index(offs, stride, (1,) * nd, out, lead=0)]
+              for offs in itertools.product(*(range(k) for k in kernel_size)))
+    dt = _dtype(s)
+    return fnp.divide(s, np.asarray(cnt, dtype=dt) if _is_float(dt) else cnt)
+
+
+_avg_pool = Composite("avg_pool", _avg_pool_decomp, kind="reduction")
+
+
+def _pool_args(name, x, kernel_size, stride, padding, dilation, nd=None):
+    xs = _shape(x)
+    if nd is None:
+        nd = len(kernel_size) if isinstance(kernel_size, (tuple, list)) else len(xs) - 2
+    if nd < 1 or len(xs) not in (nd + 1, nd + 2):
+        raise ValueError(f"fpx.nn.{name}: a {nd}-d pool needs an input (N, C, ...) of ndim "
+                         f"{nd + 2} (or unbatched, {nd + 1}), got shape {xs}")
+    k = _tuple(kernel_size, nd, "kernel_size")
+    s = k if stride is None or (isinstance(stride, (tuple, list)) and not stride) \
+        else _tuple(stride, nd, "stride")
+    p = _tuple(padding, nd, "padding")
+    d = _tuple(dilation, nd, "dilation")
+    if any(v < 1 for v in k + s + d) or any(v < 0 for v in p):
+        raise ValueError(f"fpx.nn.{name}: kernel_size {k}, stride {s} and dilation {d} must be "
+                         f"positive and padding {p} non-negative")
+    sp = xs[-nd:]
+    for n, kk, pp, dd in zip(sp, k, p, d):
+        if pp > kk // 2:
+            raise ValueError(f"fpx.nn.{name}: padding {p} should be at most half of the "
+                             f"kernel size {k}")
+        if n + 2 * pp < dd * (kk - 1) + 1:
+            raise ValueError(f"fpx.nn.{name}: kernel size {k} is larger than the padded input "
+                             f"{tuple(m + 2 * q for m, q in zip(sp, p))}")
+    unbatched = len(xs) == nd + 1
+    if unbatched:
+        x = fnp.expand_dims(x, 0)
+    return x, k, s, p, d, unbatched
+
+
+def max_pool(x, kernel_size, stride=None, padding=0, dilation=1):
+    """Max pooling (PyTorch ``max_pool1d/2d``, ceil_mode=False): the maximum of each
+    (dilated) window, the input padded with -inf. 1-d or 2-d from len(kernel_size), or, for an
+    int kernel_size, from x.ndim - 2. ``stride`` defaults to ``kernel_size``."""
+    x, k, s, p, d, unb = _pool_args("max_pool", x, kernel_size, stride, padding, dilation)
+    y = _max_pool.bind(x, kernel_size=k, stride=s, padding=p, dilation=d)
+    return fnp.reshape(y, _shape(y)[1:]) if unb else y
+
+
+def avg_pool(x, kernel_size, stride=None, padding=0, count_include_pad=True):
+    """Average pooling (PyTorch ``avg_pool1d/2d``, ceil_mode=False): sum of each window
+    (zero padding) / prod(kernel_size), or / the count of non-padding elements when
+    ``count_include_pad=False``."""
+    x, k, s, p, _, unb = _pool_args("avg_pool", x, kernel_size, stride, padding, 1)
+    y = _avg_pool.bind(x, kernel_size=k, stride=s, padding=p,
+                       count_include_pad=bool(count_include_pad))
+    return fnp.reshape(y, _shape(y)[1:]) if unb else y
+
+
+def _fixed_nd(nd, kernel_size):
+    return (tuple(kernel_size) if isinstance(kernel_size, (tuple, list))
+            else (int(kernel_size),) * nd)
+
+
+def max_pool1d(x, kernel_size, stride=None, padding=0, dilation=1):
+    """1-d :func:`max_pool` on (N, C, L) or (C, L)."""
+    return max_pool(x, _tuple(_fixed_nd(1, kernel_size), 1, "kernel_size"), stride, padding,
+                    dilation)
+
+
+def max_pool2d(x, kernel_size, stride=None, padding=0, dilation=1):
+    """2-d :func:`max_pool` on (N, C, H, W) or (C, H, W)."""
+    return max_pool(x, _tuple(_fixed_nd(2, kernel_size), 2, "kernel_size"), stride, padding,
+                    dilation)
+
+
+def avg_pool1d(x, kernel_size, stride=None, padding=0, count_include_pad=True):
+    """1-d :func:`avg_pool` on (N, C, L) or (C, L)."""
+    return avg_pool(x, _tuple(_fixed_nd(1, kernel_size), 1, "kernel_size"), stride, padding,
+                    count_include_pad)
+
+
+def avg_pool2d(x, kernel_size, stride=None, padding=0, count_include_pad=True):
+    """2-d :func:`avg_pool` on (N, C, H, W) or (C, H, W)."""
+    return avg_pool(x, _tuple(_fixed_nd(2, kernel_size), 2, "kernel_size"), stride, padding,
+                    count_include_pad)
+
+
+# --------------------------------------------------------------------------------------------
+# attention
+# --------------------------------------------------------------------------------------------
+def _sdpa_decomp(q, k, v, mask, *, is_causal, scale):
+    """s = (q @ k^T) * scale; causal: s[i, j] = -inf for j > i; bool mask: s = where(mask, s,
+    -inf); float mask: s = s + mask; p = softmax(s) with rows that are all -inf set to 0
+    (PyTorch's _safe_softmax); return p @ v."""
+    s = fnp.multiply(_mm(q, fnp.swapaxes(k, -1, -2)), _c(scale, q))
+    ninf = _c(-np.inf, s)
+    if is_causal:
+        L, S = _shape(q)[-2], _shape(k)[-2]
+        s = fnp.where(np.tril(np.ones((L, S), dtype=bool)), s, ninf)
+    if mask is not None:
+        if _dtype(mask) == np.bool_:
+            s = fnp.where(mask, s, ninf)
+        else:
+            s = fnp.add(s, mask if _dtype(mask) == _dtype(s) else fnp.astype(mask, _dtype(s)))
+    # rows with every score -inf: softmax of zeros there (no 0/0), then output 0
+    dead = fnp.all(fnp.equal(s, ninf), axis=-1, keepdims=True)
+    zero = _c(0, s)
+    p = _softmax.bind(fnp.where(dead, zero, s), axis=len(_shape(s)) - 1)
+    p = fnp.where(dead, zero, p)
+    return _mm(p, v)
+
+
+_sdpa = Composite("scaled_dot_product_attention", _sdpa_decomp, kind="matmul")
+
+
+def scaled_dot_product_attention(q, k, v, mask=None, is_causal=False, scale=None):
+    """softmax(q @ k^T * scale + bias) @ v, PyTorch semantics, layout (..., L, E).
+
+    q (..., L, E), k (..., S, E), v (..., S, Ev); ``scale`` defaults to 1/sqrt(E). ``mask``
+    broadcasts to (..., L, S): boolean (True = take part) or float (added to the scores, cast
+    to the scores' dtype). ``is_causal``: query i sees keys j <= i (top-left aligned). A query
+    whose scores are all -inf (fully masked) gets output 0, as in PyTorch's math backend.
+    """
+    qs, ks, vs = _shape(q), _shape(k), _shape(v)
+    if len(qs) < 2 or len(ks) < 2 or len(vs) < 2:
+        raise ValueError("fpx.nn.scaled_dot_product_attention: q, k, v need at least 2 dims")
+    if qs[-1] != ks[-1]:
+        raise ValueError(f"fpx.nn.scaled_dot_product_attention: q and k embed dims differ: "
+                         f"{qs} vs {ks}")
+    if ks[-2] != vs[-2]:
+        raise ValueError(f"fpx.nn.scaled_dot_product_attention: k and v sequence lengths "
+                         f"differ: {ks} vs {vs}")
+    if is_causal and mask is not None:
+        raise ValueError("fpx.nn.scaled_dot_product_attention: give mask or is_causal, not both")
+    if mask is not None:
+        np.broadcast_shapes(_shape(mask), qs[:-1] + (ks[-2],))
+    scale = 1.0 / math.sqrt(qs[-1]) if scale is None else float(scale)
+    return _sdpa.bind(q, k, v, mask, is_causal=bool(is_causal), scale=scale)
+
+
+# --------------------------------------------------------------------------------------------
+# losses, linear, embedding
+# --------------------------------------------------------------------------------------------
+def _cross_entropy_decomp(logits, labels, *, reduction, axis):
+    """l = log_softmax(logits); loss = -l[label] (integer labels) or -sum(p * l) (probability
+    targets); then mean / sum / none."""
+    lsm = _log_softmax.bind(logits, axis=axis)
+    if _dtype(labels).kind in "iu":
+        idx = np.asarray(fnp._concrete_index(labels, "cross_entropy labels"))
+        c = _shape(logits)[axis]
+        if idx.size and (idx.min() < 0 or idx.max() >= c):
+            raise ValueError(f"fpx.nn.cross_entropy: class labels must lie in [0, {c}), got "
+                             f"values in [{idx.min()}, {idx.max()}]")
+        picked = fnp.take_along_axis(lsm, np.expand_dims(idx, axis), axis)
+        loss = fnp.negative(fnp.reshape(picked, idx.shape))
+    else:
+        loss = fnp.negative(fnp.sum(fnp.multiply(labels, lsm), axis))
+    if reduction == "mean":
+        return fnp.mean(loss)
+    if reduction == "sum":
+        return fnp.sum(loss)
+    return loss
+
+
+_cross_entropy = Composite("cross_entropy", _cross_entropy_decomp, kind="reduction")
+
+
+def cross_entropy(logits, labels, reduction="mean", axis=-1):
+    """Cross-entropy of ``logits`` (classes along ``axis``) against integer class ``labels``
+    (shape of logits without ``axis``): -log_softmax(logits)[label]; or against probability
+    targets (same shape as logits): -sum(p * log_softmax(logits), axis). ``reduction``:
+    "mean" (over the remaining elements), "sum" or "none". (No weights, ignore_index or label
+    smoothing.)"""
+    if reduction not in ("mean", "sum", "none"):
+        raise ValueError(f"fpx.nn.cross_entropy: reduction must be 'mean', 'sum' or 'none', "
+                         f"got {reduction!r}")
+    ls, lb = _shape(logits), _shape(labels)
+    ax = _axis(axis, len(ls))
+    kind = _dtype(labels).kind
+    if kind in "iu":
+        want = ls[:ax] + ls[ax + 1:]
+        if lb != want:
+            raise ValueError(f"fpx.nn.cross_entropy: integer labels must have shape {want} "
+                             f"(logits {ls} without axis {ax}), got {lb}")
+    elif _is_float(_dtype(labels)):
+        if lb != ls:
+            raise ValueError(f"fpx.nn.cross_entropy: probability targets must have the logits' "
+                             f"shape {ls}, got {lb}")
+    else:
+        raise TypeError(f"fpx.nn.cross_entropy: labels must be integer classes or float "
+                        f"probabilities, got dtype {_dtype(labels)}")
+    return _cross_entropy.bind(logits, labels, reduction=reduction, axis=ax)
+
+
+def _linear_decomp(x, w, b):
+    """y = x @ w.T + b."""
+    y = _mm(x, fnp.transpose(w))
+    return y if b is None else fnp.add(y, b)
+
+
+_linear = Composite("linear", _linear_decomp, kind="matmul")
+
+
+def linear(x, w, b=None):
+    """x @ w.T + b with w of shape (out, in) (PyTorch layout), x (..., in)."""
+    if _shape(w)[-1:] != _shape(x)[-1:]:
+        raise ValueError(f"fpx.nn.linear: input of shape {_shape(x)} does not match weight of "
+                         f"shape {_shape(w)} (expected x[..., {(_shape(w) or (0,))[-1]}])")
+    return _linear.bind(x, w, b)
+
+
+def _embedding_decomp(ids, table):
+    """table[ids] (a gather along axis 0)."""
+    idx = np.asarray(fnp._concrete_index(ids, "embedding ids"))
+    n = _shape(table)[0]
+    if idx.size and (idx.min() < 0 or idx.max() >= n):
+        raise ValueError(f"fpx.nn.embedding: ids must lie in [0, {n}), got values in "
+                         f"[{idx.min()}, {idx.max()}]")
+    return fnp.take(table, idx, axis=0)
+
+
+_embedding = Composite("embedding", _embedding_decomp, kind="movement")
+
+
+def embedding(ids, table):
+    """table[ids]: rows of ``table`` (V, D) for integer ``ids`` of any shape -> ids.shape + (D,)."""
+    if _dtype(ids).kind not in "iu":
+        raise TypeError(f"fpx.nn.embedding: ids must be integers, got dtype {_dtype(ids)}")
+    return _embedding.bind(ids, table)
