@@ -512,8 +512,12 @@ def _finish(bits, shape, fmt, xp, as_float64=False):
         return out
     try:
         return xp.astype(out, fmt.dtype)
-    except Exception:  # namespaces without ml_dtypes support
-        return out.astype(dt)
+    except Exception:
+        if xp is np:
+            raise
+        # backends without ml_dtypes' bf16/fp8 dtypes (CuPy): the rounded values in float32
+        # storage -- exact, as every bf16/fp8 value is a float32 value (like tf32)
+        return xp.astype(out, xp.float32)
 
 
 # ----------------------------------------------------------------------------

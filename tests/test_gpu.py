@@ -259,3 +259,13 @@ def test_formats_round_on_cupy_equals_numpy(cp, fmt, mode):
     assert isinstance(got, cp.ndarray)
     g = _host(got)
     assert g.dtype == expected.dtype and g.tobytes() == expected.tobytes()
+
+
+@pytest.mark.parametrize("fmt", ["bfloat16", "float8_e4m3fn", "float8_e5m2"])
+def test_formats_round_narrow_on_cupy_returns_float32_values(cp, fmt):
+    """CuPy has no bf16/fp8 dtypes: the exactly rounded values come back in float32 storage."""
+    h = np.random.default_rng(7).standard_normal(4096) * 4.0
+    expected = fpx.formats.round(h, fmt, "rn").astype(np.float32)
+    got = fpx.formats.round(cp.asarray(h), fmt, "rn")
+    assert isinstance(got, cp.ndarray) and got.dtype == np.float32
+    assert _host(got).tobytes() == expected.tobytes()

@@ -4,7 +4,7 @@ The soundness tests measure the real error of NumPy's math on this machine and c
 the "numpy" preset: float32 (>= 10^6 random inputs per function against the float64 function,
 plus a subset against MPFR via gmpy2, on both the contiguous SIMD path and a strided path),
 float64 (2*10^4 inputs per function against MPFR at 200 bits), float16 and bfloat16 (every
-finite bit pattern), and erf through ``numba.vectorize(math.erf)`` (the shape of fpx's kernel).
+finite bit pattern), and erf through fpx.kernels.elementwise.erf (the kernel fpx runs).
 
 Run ``python tests/test_policy.py`` to print the measured table used in docs/policy.md.
 """
@@ -17,7 +17,6 @@ import zlib
 
 import gmpy2
 import ml_dtypes
-import numba
 import numpy as np
 import pytest
 
@@ -33,17 +32,7 @@ SEED = 20240611
 # --------------------------------------------------------------------------------------------
 
 
-@numba.vectorize(["float32(float32)", "float64(float64)"], cache=False)
-def _erf(x):
-    return math.erf(x)
-
-
-def erf(x):
-    """fpx's erf kernel shape: libm erf/erff via numba; narrow formats through float32."""
-    x = np.asarray(x)
-    if x.dtype in (np.float32, np.float64):
-        return _erf(x)
-    return _erf(x.astype(np.float32)).astype(x.dtype)
+from fpx.kernels.elementwise import erf  # noqa: E402  (the kernel fpx's erf primitive runs)
 
 
 UNARY = {"exp": np.exp, "expm1": np.expm1, "exp2": np.exp2, "log": np.log,
