@@ -2,6 +2,8 @@
 
     import fpx, fpx.numpy as fnp
     rec = fpx.trace(f)(x)            # what fpx sees: the primitives f executes
+    iv = fpx.interval(f)(x)          # sound round-off bounds of f's outputs
+    v = fpx.classify(f, y_ref, x)    # roundoff / bug / inconclusive
     y = fpx.formats.round(x, "bf16", "sr", rng)   # exact integer-domain rounding
 
 See docs/architecture.md for the core (primitives, interpreters, tracers).
@@ -13,7 +15,11 @@ from fpx.core import (EscapedTracerError, FpxError, UnsupportedFunctionError,  #
                       UnsupportedOpError)
 from fpx.formats import Format  # noqa: F401
 from fpx.trace import trace  # noqa: F401
+from fpx.interval import Interval, interval  # noqa: F401
+from fpx.classify import Verdict, classify  # noqa: F401
+from fpx import testing  # noqa: F401
 
 __version__ = "0.1.0"
-__all__ = ["trace", "formats", "policy", "numpy", "nn", "core", "Format", "FpxError",
+__all__ = ["trace", "interval", "Interval", "classify", "Verdict", "testing",
+           "formats", "policy", "numpy", "nn", "core", "Format", "FpxError",
            "UnsupportedOpError", "EscapedTracerError", "UnsupportedFunctionError"]

@@ -1,0 +1,169 @@
+"""``fpx.classify``: is a mismatch round-off (Type-I) or a bug (Type-II)?
+
+RENDER's question (Zhan et al., "When AllClose Fails", 2025): the target program's output
+differs from a reference by more than ``allclose`` allows. Bound what round-off alone could make
+the target produce on this input (``fpx.interval``): a reference inside the bound is explained
+by round-off; a reference outside a finite, sound bound cannot be -- a bug. ``inconclusive``
+when the bound cannot decide: infinite/NaN bounds where the reference is not contained, or an
+unstable value decided Python control flow (the bound then covers only the path taken) or an
+integer output.
+
+If ``reference`` is a function, its own bound is computed too and the two enclosures are
+compared: a reference computed in float32 is not exact, and disjoint enclosures are needed to
+call a bug.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from fpx import tree
+from fpx.core import concrete
+from fpx.interval import Event, Interval, run_interval
+
+__all__ = ["classify", "Verdict"]
+
+
+@dataclass
+class Verdict:
+    """The outcome of :func:`classify`.
+
+    ``kind``: ``"roundoff"``, ``"bug"`` or ``"inconclusive"``; ``outside``: indices (flat
+    output number, element index) of reference elements outside the target's bound; ``margin``:
+    the largest distance outside, absolute and relative to the bound's half-width;
+    ``tightness``: median over elements of (bound half-width / observed |target - reference|)
+    where they differ (1 = the bound is as tight as the observed error; large = loose);
+    ``events``: what the bound could not decide; ``rigorous``: False for the probabilistic bound.
+    """
+    kind: str
+    target: object
+    reference: object
+    outside: list = field(default_factory=list)
+    n_outside: int = 0
+    n_undecided: int = 0
+    n_elements: int = 0
+    margin_abs: float = 0.0
+    margin_rel: float = 0.0
+    tightness: float = float("nan")
+    max_observed: float = 0.0
+    events: list = field(default_factory=list)
+    rigorous: bool = True
+    reasons: list = field(default_factory=list)
+
+    def __bool__(self):
+        raise TypeError("a Verdict is not a bool: test verdict.kind == 'roundoff'")
+
+    def report(self, max_items: int = 8) -> str:
+        """A readable explanation of the verdict."""
+        lines = [f"fpx.classify verdict: {self.kind.upper()}"
+                 + ("" if self.rigorous else "  (probabilistic bound: NOT rigorous)")]
+        lines.append(f"  elements: {self.n_elements}; outside the target's round-off bound: "
+                     f"{self.n_outside}; undecidable (non-finite bounds): {self.n_undecided}")
+        lines.append(f"  max |target - reference| observed: {self.max_observed:.6g}")
+        if np.isfinite(self.tightness):
+            lines.append(f"  bound tightness (median half-width / observed difference): "
+                         f"{self.tightness:.3g}")
+        if self.n_outside:
+            lines.append(f"  largest excursion outside the bound: {self.margin_abs:.6g} "
+                         f"({self.margin_rel:.3g}x the bound's half-width)")
+            lines.append("  first offending elements (output, index: reference, target bound):")
+            for item in self.outside[:max_items]:
+                out_i, idx, ref, lo, hi, val = item
+                lines.append(f"    out[{out_i}]{list(idx)}: reference {ref:.9g} not in "
+                             f"[{lo:.9g}, {hi:.9g}] (target value {val:.9g})")
+        for e in self.events:
+            lines.append(f"  note: {e.kind}: {e.what} (x{e.count})")
+        for r in self.reasons:
+            lines.append(f"  because: {r}")
+        return "\n".join(lines)
+
+    __str__ = report
+
+
+def _as_intervals(x):
+    return x if isinstance(x, Interval) else Interval(*(2 * [np.asarray(concrete(x), np.float64)]), x)
+
+
+def classify(target, reference, *args, policy=None, bound: str = "rigorous",
+             confidence: float = 0.999, branches: str = "hull", matmul: str = "midrad",
+             **kwargs) -> Verdict:
+    """Verdict on ``target(*args, **kwargs)`` vs ``reference`` (an array/pytree, or a function
+    of the same arguments whose own round-off is bounded too)."""
+    opts = dict(policy=policy, bound=bound, confidence=confidence, branches=branches,
+                matmul=matmul)
+    t_interp, t_out = run_interval(target, args, kwargs, **opts)
+    events = list(t_interp.events)
+    if callable(reference):
+        r_interp, r_out = run_interval(reference, args, kwargs, **opts)
+        events += [Event(e.kind, f"reference: {e.what}", e.count) for e in r_interp.events]
+    else:
+        r_out = reference
+    t_leaves, t_td = tree.flatten(t_out)
+    r_leaves, r_td = tree.flatten(r_out)
+    if len(t_leaves) != len(r_leaves):
+        raise ValueError(f"fpx.classify: target has {len(t_leaves)} outputs, reference "
+                         f"{len(r_leaves)}")
+    v = Verdict("roundoff", t_out, r_out, events=events, rigorous=(bound == "rigorous"))
+    halfw_over_obs = []
+    for i, (t, r) in enumerate(zip(t_leaves, r_leaves)):
+        t = _as_intervals(t)
+        r = _as_intervals(r)
+        if t.shape != r.shape:
+            raise ValueError(f"fpx.classify: output {i} shapes differ: target {t.shape}, "
+                             f"reference {r.shape}")
+        tv = np.asarray(t.value, np.float64) if not hasattr(t.value, "get") else t.value.get()
+        rv = np.asarray(r.value, np.float64) if not hasattr(r.value, "get") else r.value.get()
+        tlo, thi, rlo, rhi = (np.asarray(a) for a in (t.lo, t.hi, r.lo, r.hi))
+        with np.errstate(invalid="ignore"):
+            overlap = (rlo <= thi) & (tlo <= rhi)
+            both_nan = np.isnan(tv) & np.isnan(rv) & (np.isnan(tlo) | np.isnan(thi))
+            finite = np.isfinite(tlo) & np.isfinite(thi) & np.isfinite(rlo) & np.isfinite(rhi)
+            bad = ~overlap & ~both_nan
+            outside = bad & finite & ~np.isnan(rv) | (bad & np.isnan(rv) & np.isfinite(tlo)
+                                                      & np.isfinite(thi))
+            undecided = bad & ~outside
+            diff = np.abs(tv - rv)
+            half = (thi - tlo) / 2
+        v.n_elements += int(tv.size)
+        v.n_outside += int(np.count_nonzero(outside))
+        v.n_undecided += int(np.count_nonzero(undecided))
+        fin = np.isfinite(diff)
+        if fin.any():
+            v.max_observed = max(v.max_observed, float(np.max(diff[fin])))
+        sel = fin & (diff > 0) & np.isfinite(half)
+        if sel.any():
+            halfw_over_obs.append((half[sel] / diff[sel]).ravel())
+        if np.any(outside):
+            with np.errstate(invalid="ignore"):
+                dist = np.where(rhi < tlo, tlo - rhi, rlo - thi)
+                dist = np.where(np.isnan(rv), np.inf, dist)
+            v.margin_abs = max(v.margin_abs, float(np.max(dist[outside])))
+            rel = dist / np.where(half > 0, half, np.nan)
+            if np.isfinite(rel[outside]).any():
+                v.margin_rel = max(v.margin_rel, float(np.nanmax(rel[outside])))
+            order = np.argsort(-np.where(outside, dist, -np.inf), axis=None)[:20]
+            for flat in order:
+                idx = np.unravel_index(flat, outside.shape)
+                if outside[idx]:
+                    v.outside.append((i, tuple(int(j) for j in idx), float(rv[idx]),
+                                      float(tlo[idx]), float(thi[idx]), float(tv[idx])))
+        if t.unstable is not None and np.any(t.unstable) and \
+                np.asarray(concrete(t.value)).dtype.kind in "iub":
+            v.reasons.append(f"output {i} is an integer decided by an unstable comparison")
+    if halfw_over_obs:
+        v.tightness = float(np.median(np.concatenate(halfw_over_obs)))
+    control = any(e.kind == "unstable-control-flow" for e in events)
+    int_unstable = any("integer" in r for r in v.reasons)
+    if v.n_outside and not control:
+        v.kind = "bug"
+        v.reasons.append(f"{v.n_outside} reference element(s) lie outside a finite bound "
+                         "that contains every result round-off could produce")
+    elif v.n_outside or v.n_undecided or control or int_unstable:
+        v.kind = "inconclusive"
+        if v.n_undecided:
+            v.reasons.append(f"{v.n_undecided} element(s) have infinite or NaN bounds")
+        if control:
+            v.reasons.append("an unstable value decided Python control flow: the bound covers "
+                             "only the path this run took")
+    return v

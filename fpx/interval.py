@@ -1,0 +1,1109 @@
+"""``fpx.interval``: sound round-off bounds of a program in its own precision.
+
+Each traced value carries ``value`` (the concrete result, computed by the parent interpreter in
+the program's dtypes) and float64 bounds ``lo <= every result round-off could produce <= hi``.
+A rule computes (1) the exact-real enclosure of the op over its input intervals, in float64
+with outward widening (sound without rounding-mode control: every float64 step rounded to
+nearest is widened by a relative ``(k+2)·2^-52`` and an absolute ``2^-1074``), then (2) the op's
+rounding error in the *result* format, from the precision policy (``ulps·2^(1-p)·|v| +
+ulps·η + absolute``: relative *and* absolute, so nothing has zero width at 0).
+
+* Matmul / sums: midpoint-radius with BLAS (Rump 1999, "Fast and parallel interval arithmetic"):
+  the accumulation bound ``c_K = δ_p + γ_{K-1}(δ_acc)(1+δ_p)`` (Higham, *Accuracy and
+  Stability*, §3.1) for the policy's product and accumulation formats, valid for any summation
+  order, split-K or atomics. One float32 GEMM ``(2c·Â + r_A)·|B|`` with a rigorous
+  ``(1-γ_{K+1})^-1`` correction bounds everything around the program's own value; operands
+  that are points (or nearly) get an exact float64 centre instead.
+* Branches: with ``branches="hull"`` a comparison whose operand intervals overlap is
+  *unstable*; ``where`` takes the hull of both sides there; an unstable value that reaches an
+  integer output or Python control flow is recorded (``classify`` then says ``inconclusive``).
+  ``branches="concrete"`` follows the observed branch, as RENDER does (not sound).
+* Unknown primitives raise :class:`fpx.UnsupportedOpError`; nothing is silently exact.
+
+References: Zhan et al., "When AllClose Fails: Round-Off Error Estimation for Deep Learning
+Programs" (RENDER, 2025); Rump (1999); Higham (2002); Higham & Mary (2019) for the
+probabilistic bound ``λ·sqrt(n)·u``.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from fpx import formats as _formats
+from fpx import tree
+from fpx.core import (PRIMITIVES, Interpreter, Tracer, UnsupportedOpError, concrete,
+                      current_interpreter, using)
+from fpx.policy import get_policy
+from fpx.transform import check_dtype, is_array_leaf, wraps
+
+__all__ = ["interval", "Interval", "IntervalInterpreter"]
+
+_E64 = 2.0 ** -52
+_TINY64 = 5e-324
+_BIG = 1e300
+_LIBM64_ULPS = 4          # float64 libm error allowance for bound evaluation (NumPy <= 3 ulp)
+_P = PRIMITIVES
+
+
+# =============================================================================================
+# The user-facing result
+# =============================================================================================
+class Interval:
+    """Bounds of what round-off can make a program output: ``lo <= y <= hi`` elementwise.
+
+    ``value`` is the program's own result (its dtype); ``lo``/``hi`` are float64;
+    ``unstable`` marks elements whose computation passed a branch the bounds could not decide.
+    Build an input interval with ``Interval(lo, hi, value)`` or :meth:`around`.
+    """
+
+    __slots__ = ("value", "lo", "hi", "unstable")
+
+    def __init__(self, lo, hi, value=None, unstable=None):
+        self.lo = np.asarray(lo, dtype=np.float64) if not _is_cupy(lo) else lo
+        self.hi = np.asarray(hi, dtype=np.float64) if not _is_cupy(hi) else hi
+        if value is None:
+            value = (self.lo + self.hi) / 2
+        self.value = value
+        if self.lo.shape != self.hi.shape:
+            raise ValueError(f"Interval: lo {self.lo.shape} and hi {self.hi.shape} differ")
+        if np.any(self.lo > self.hi):
+            raise ValueError("Interval: lo > hi somewhere")
+        self.unstable = unstable
+
+    @classmethod
+    def around(cls, value, radius=0.0, rel=0.0):
+        """``value ± (radius + rel·|value|)`` (outward rounded), keeping ``value``'s dtype."""
+        v = np.asarray(value)
+        v64 = v.astype(np.float64)
+        r = np.asarray(radius, np.float64) + rel * np.abs(v64)
+        lo, hi = _widen(v64 - r, v64 + r, 1)
+        return cls(lo, hi, v)
+
+    @property
+    def shape(self):
+        return tuple(self.lo.shape)
+
+    @property
+    def dtype(self):
+        return np.asarray(self.value).dtype
+
+    @property
+    def width(self):
+        return self.hi - self.lo
+
+    @property
+    def midpoint(self):
+        return (self.lo + self.hi) / 2
+
+    def contains(self, y):
+        """Elementwise ``lo <= y <= hi``; NaN bounds or NaN ``y`` give False (never "inside")."""
+        y = np.asarray(concrete(y), dtype=np.float64) if not _is_cupy(y) else y.astype(np.float64)
+        return (self.lo <= y) & (y <= self.hi)
+
+    def __repr__(self):
+        lo, hi = np.asarray(self.lo), np.asarray(self.hi)
+        w = hi - lo
+        fin = np.isfinite(w)
+        wmax = float(np.max(w[fin])) if fin.any() else float("nan")
+        nun = 0 if self.unstable is None else int(np.count_nonzero(self.unstable))
+        head = (f"Interval({self.dtype}{list(self.shape)}, max width {wmax:.3g}"
+                f"{', %d non-finite' % int((~fin).sum()) if (~fin).any() else ''}"
+                f"{', %d unstable' % nun if nun else ''})")
+        if lo.size <= 6:
+            els = ", ".join(f"[{a:.9g}, {b:.9g}]" for a, b in zip(lo.ravel(), hi.ravel()))
+            return f"{head}\n  {els}"
+        return head
+
+
+def _is_cupy(x):
+    return type(x).__module__.split(".")[0] == "cupy"
+
+
+# =============================================================================================
+# Float64 enclosure helpers (sound under round-to-nearest, no rounding-mode control)
+# =============================================================================================
+def _widen(lo, hi, k=1):
+    """Widen float64 bounds computed with ``k`` rounded-to-nearest steps outward."""
+    rel = (k + 2) * _E64
+    dlo = np.minimum(np.abs(lo), _BIG) * rel + _TINY64
+    dhi = np.minimum(np.abs(hi), _BIG) * rel + _TINY64
+    return lo - dlo, hi + dhi
+
+
+def _up(x, k=1):
+    """Upper bound of a nonnegative float64 quantity computed with ``k`` rounded steps."""
+    return x * (1.0 + (k + 2) * _E64) + _TINY64
+
+
+def _gamma(n, delta):
+    """γ_n(δ) = nδ/(1-nδ) (Higham); inf when nδ >= 1."""
+    nd = n * delta
+    return nd / (1.0 - nd) if nd < 1.0 else math.inf
+
+
+def _fmt_of(dtype):
+    try:
+        return _formats.get(dtype)
+    except (TypeError, ValueError):
+        return None
+
+
+@dataclass
+class Event:
+    """Something the bounds could not decide: an unstable branch or index, a division by an
+    interval containing zero, ... (``classify`` reports them)."""
+    kind: str
+    what: str
+    count: int = 1
+
+
+# =============================================================================================
+# Tracer and interpreter
+# =============================================================================================
+class IntervalTracer(Tracer):
+    __slots__ = ("lo", "hi", "unstable", "point")
+
+    def __init__(self, interp, primal, lo, hi, unstable=None, point=False):
+        super().__init__(interp, primal)
+        self.lo, self.hi, self.unstable, self.point = lo, hi, unstable, point
+
+
+class IntervalInterpreter(Interpreter):
+    """Bounds every primitive. See the module docstring for the error model."""
+
+    def __init__(self, parent, policy=None, branches: str = "hull", bound: str = "rigorous",
+                 confidence: float = 0.999, matmul: str = "midrad"):
+        super().__init__(parent)
+        if branches not in ("hull", "concrete"):
+            raise ValueError(f"fpx.interval: branches must be 'hull' or 'concrete', not {branches!r}")
+        if bound not in ("rigorous", "probabilistic"):
+            raise ValueError(f"fpx.interval: bound must be 'rigorous' or 'probabilistic', not {bound!r}")
+        if matmul not in ("midrad", "exact-center", "render"):
+            raise ValueError("fpx.interval: matmul must be 'midrad', 'exact-center' or 'render'")
+        self.policy = get_policy(policy)
+        self.branches, self.bound, self.confidence, self.matmul = branches, bound, confidence, matmul
+        self.events: list[Event] = []
+        self._acc_cache: dict = {}
+
+    # -- bookkeeping ------------------------------------------------------------------------
+    def note(self, kind, what, count=1):
+        for e in self.events:
+            if e.kind == kind and e.what == what:
+                e.count += count
+                return
+        self.events.append(Event(kind, what, count))
+
+    def to_concrete(self, tracer, why):
+        un = tracer.unstable
+        if un is not None and np.any(un):
+            self.note("unstable-control-flow", f"{why} decided by a value the bounds cannot "
+                      f"decide ({int(np.count_nonzero(un))} element(s))")
+        return super().to_concrete(tracer, why)
+
+    def gamma(self, n, delta):
+        """Accumulation constant for n terms: rigorous γ_n, or Higham–Mary's λ·sqrt(n)·δ."""
+        if n <= 0:
+            return 0.0
+        if self.bound == "probabilistic":
+            lam = math.sqrt(2.0 * math.log(2.0 * max(n, 1) / (1.0 - self.confidence)))
+            return math.expm1(lam * math.sqrt(n) * delta + n * delta * delta / (1 - delta))
+        return _gamma(n, delta)
+
+    def accuracy(self, prim_name, fmt):
+        key = (prim_name, fmt.name)
+        acc = self._acc_cache.get(key)
+        if acc is None:
+            acc = self._acc_cache[key] = self.policy.accuracy(prim_name, fmt)
+        return acc
+
+    # -- operands -----------------------------------------------------------------------------
+    def value_of(self, prim, args, params):
+        primals = [a.primal if self._own(a) else a for a in args]
+        return self.bind_parent(prim, *primals, **params)
+
+    def _own(self, x):
+        return isinstance(x, IntervalTracer) and x._interp is self
+
+    def primal_of(self, x):
+        """The concrete program value of an operand (own tracer or constant)."""
+        return concrete(x.primal if self._own(x) else x)
+
+    def bounds(self, x, dtype=None):
+        """(lo, hi, unstable, point) of an operand; a constant is the point it becomes in an
+        op of result dtype ``dtype`` (NumPy converts weak Python scalars to it)."""
+        if self._own(x):
+            return x.lo, x.hi, x.unstable, x.point
+        c = concrete(x)
+        if isinstance(c, (bool, int, float)) and dtype is not None and np.dtype(dtype).kind in "fV":
+            c = np.asarray(c).astype(dtype)
+        v = _as_f64(c)
+        return v, v, None, True
+
+    def new(self, value, lo, hi, unstable=None, point=False):
+        return IntervalTracer(self, value, lo, hi, unstable, point)
+
+    # -- rounding of a result ------------------------------------------------------------------
+    def round_result(self, prim_name, value, lo, hi, *inputs):
+        """Add the rounding error of ``prim_name`` with its result in ``value``'s format."""
+        F = _fmt_of(np.asarray(concrete(value)).dtype)
+        if F is None:  # integer / bool result: exact
+            return lo, hi
+        acc = self.accuracy(prim_name, F)
+        return _round_bounds(lo, hi, F, acc, inputs)
+
+    def process(self, prim, args, params):
+        rule = self.rules.get(prim.name)
+        if rule is not None:
+            return rule(self, prim, *args, **params)
+        if prim.decomposition is not None:
+            return prim.decomposition(*args, **params)
+        raise UnsupportedOpError(prim, self)
+
+
+def _as_f64(c):
+    if _is_cupy(c):
+        return c.astype("float64")
+    return np.asarray(c, dtype=np.float64)
+
+
+def _xp(a):
+    if _is_cupy(a):
+        import cupy
+        return cupy
+    return np
+
+
+def _round_bounds(lo, hi, F, acc, inputs=()):
+    """[lo, hi] (exact-real enclosure) widened by one rounding into format F with accuracy acc:
+    |fl(v) - v| <= ulps·2^(1-p)·|v| + ulps·η + absolute; overflow beyond F.max gives ±inf
+    (NaN for formats without infinities)."""
+    if acc.input_dependent:
+        ulps = np.maximum(_as_f64(acc.ulps_at(*[i[0] for i in inputs])),
+                          _as_f64(acc.ulps_at(*[i[1] for i in inputs]))) if inputs else acc.ulps
+        ab = np.maximum(_as_f64(acc.absolute_at(*[i[0] for i in inputs])),
+                        _as_f64(acc.absolute_at(*[i[1] for i in inputs]))) if inputs else 0.0
+    else:
+        ulps, ab = acc.ulps, acc.absolute
+    if np.ndim(ulps) == 0 and float(ulps) == 0 and np.ndim(ab) == 0 and float(ab) == 0:
+        return lo, hi
+    rel = ulps * 2.0 ** (1 - F.p)
+    absl = ulps * F.smallest_subnormal + ab
+    lo = lo - (np.minimum(np.abs(lo), _BIG) * rel + absl)
+    hi = hi + (np.minimum(np.abs(hi), _BIG) * rel + absl)
+    lo, hi = _widen(lo, hi, 2)
+    if F.name != "float64":
+        top = F.max
+        over_lo, over_hi = lo < -top, hi > top
+        if F.has_inf:
+            lo = np.where(over_lo, -np.inf, lo)
+            hi = np.where(over_hi, np.inf, hi)
+        else:
+            lo = np.where(over_lo | over_hi, np.nan, lo)
+            hi = np.where(over_lo | over_hi, np.nan, hi)
+    return lo, hi
+
+
+def _rule(*names):
+    def deco(fn):
+        for n in names:
+            IntervalInterpreter.rules[n] = fn
+        return fn
+    return deco
+
+
+def _or_unstable(*us):
+    out = None
+    for u in us:
+        if u is None:
+            continue
+        out = u if out is None else (out | u)
+    return out
+
+
+# =============================================================================================
+# Arithmetic
+# =============================================================================================
+def _binary_prep(self, prim, a, b, params=None):
+    v = self.value_of(prim, (a, b), params or {})
+    dt = np.asarray(concrete(v)).dtype
+    alo, ahi, au, ap = self.bounds(a, dt)
+    blo, bhi, bu, bp = self.bounds(b, dt)
+    return v, (alo, ahi), (blo, bhi), _or_unstable(au, bu), ap and bp
+
+
+@_rule("add", "sub")
+def _add_sub(self, prim, a, b):
+    v, (alo, ahi), (blo, bhi), un, pt = _binary_prep(self, prim, a, b)
+    with np.errstate(invalid="ignore", over="ignore"):
+        if prim.name == "add":
+            lo, hi = _widen(alo + blo, ahi + bhi)
+        else:
+            lo, hi = _widen(alo - bhi, ahi - blo)
+        lo, hi = self.round_result(prim.name, v, lo, hi, (alo, ahi), (blo, bhi))
+    return self.new(v, lo, hi, un)
+
+
+def _mul_bounds(alo, ahi, blo, bhi):
+    with np.errstate(invalid="ignore", over="ignore"):
+        p1, p2, p3, p4 = alo * blo, alo * bhi, ahi * blo, ahi * bhi
+        lo = np.minimum(np.minimum(p1, p2), np.minimum(p3, p4))
+        hi = np.maximum(np.maximum(p1, p2), np.maximum(p3, p4))
+    # 0 * inf = NaN in float64, but the set {a*b} is well defined when one factor is exactly 0
+    lo = np.where(np.isnan(lo) & ~_any_nan(alo, ahi, blo, bhi), -np.inf, lo)
+    hi = np.where(np.isnan(hi) & ~_any_nan(alo, ahi, blo, bhi), np.inf, hi)
+    return _widen(lo, hi)
+
+
+def _any_nan(*xs):
+    out = np.isnan(xs[0])
+    for x in xs[1:]:
+        out = out | np.isnan(x)
+    return out
+
+
+@_rule("mul")
+def _mul(self, prim, a, b):
+    v, (alo, ahi), (blo, bhi), un, pt = _binary_prep(self, prim, a, b)
+    lo, hi = _mul_bounds(alo, ahi, blo, bhi)
+    with np.errstate(invalid="ignore", over="ignore"):
+        lo, hi = self.round_result("mul", v, lo, hi, (alo, ahi), (blo, bhi))
+    return self.new(v, lo, hi, un)
+
+
+@_rule("div")
+def _div(self, prim, a, b):
+    v, (alo, ahi), (blo, bhi), un, pt = _binary_prep(self, prim, a, b)
+    zero = (blo <= 0) & (bhi >= 0)
+    with np.errstate(invalid="ignore", over="ignore", divide="ignore"):
+        q = [alo / blo, alo / bhi, ahi / blo, ahi / bhi]
+        lo = np.minimum(np.minimum(q[0], q[1]), np.minimum(q[2], q[3]))
+        hi = np.maximum(np.maximum(q[0], q[1]), np.maximum(q[2], q[3]))
+        lo, hi = _widen(lo, hi)
+        lo, hi = self.round_result("div", v, lo, hi, (alo, ahi), (blo, bhi))
+    if np.any(zero):
+        n = int(np.count_nonzero(np.broadcast_to(zero, np.shape(lo))))
+        self.note("division-by-zero-interval", "a divisor interval contains 0: those elements "
+                  "are unbounded", n)
+        lo = np.where(zero, -np.inf, lo)
+        hi = np.where(zero, np.inf, hi)
+    return self.new(v, lo, hi, un)
+
+
+@_rule("fma")
+def _fma(self, prim, a, b, c):
+    v = self.value_of(prim, (a, b, c), {})
+    dt = np.asarray(concrete(v)).dtype
+    alo, ahi, au, _ = self.bounds(a, dt)
+    blo, bhi, bu, _ = self.bounds(b, dt)
+    clo, chi, cu, _ = self.bounds(c, dt)
+    plo, phi = _mul_bounds(alo, ahi, blo, bhi)
+    with np.errstate(invalid="ignore", over="ignore"):
+        lo, hi = _widen(plo + clo, phi + chi)
+        lo, hi = self.round_result("fma", v, lo, hi)
+    return self.new(v, lo, hi, _or_unstable(au, bu, cu))
+
+
+@_rule("neg")
+def _neg(self, prim, a):
+    v = self.value_of(prim, (a,), {})
+    lo, hi, u, pt = self.bounds(a)
+    return self.new(v, -hi, -lo, u, pt)
+
+
+@_rule("abs")
+def _abs(self, prim, a):
+    v = self.value_of(prim, (a,), {})
+    lo, hi, u, pt = self.bounds(a)
+    nlo = np.where(lo >= 0, lo, np.where(hi <= 0, -hi, 0.0))
+    nhi = np.maximum(np.abs(lo), np.abs(hi))
+    nlo = np.where(np.isnan(lo) | np.isnan(hi), np.nan, nlo)
+    return self.new(v, nlo, nhi, u, pt)
+
+
+@_rule("max", "min")
+def _max_min(self, prim, a, b):
+    v, (alo, ahi), (blo, bhi), un, pt = _binary_prep(self, prim, a, b)
+    f = np.maximum if prim.name == "max" else np.minimum
+    if self.branches == "concrete":  # RENDER: follow the operand the program chose
+        va = _as_f64(self.primal_of(a))
+        pick_a = (va == _as_f64(concrete(v)))
+        lo, hi = np.where(pick_a, alo, blo), np.where(pick_a, ahi, bhi)
+    else:
+        lo, hi = f(alo, blo), f(ahi, bhi)   # exact: max/min are continuous
+    return self.new(v, lo, hi, un, pt)
+
+
+def _monotone(f, prim_name, increasing=True, domain=None):
+    def rule(self, prim, a):
+        v = self.value_of(prim, (a,), {})
+        lo, hi, u, pt = self.bounds(a)
+        with np.errstate(all="ignore"):
+            flo, fhi = f(lo), f(hi)
+            if not increasing:
+                flo, fhi = fhi, flo
+            flo, fhi = _widen(flo, fhi, _LIBM64_ULPS)
+            flo, fhi = self.round_result(prim_name, v, flo, fhi, (lo, hi))
+        return self.new(v, flo, fhi, u)
+    return rule
+
+
+for _n, _f in {"exp": np.exp, "expm1": np.expm1, "exp2": np.exp2, "log": np.log,
+               "log1p": np.log1p, "log2": np.log2, "sqrt": np.sqrt, "tanh": np.tanh,
+               "sinh": np.sinh, "atan": np.arctan}.items():
+    IntervalInterpreter.rules[_n] = _monotone(_f, _n)
+
+
+def _erf64(x):
+    from fpx.kernels.elementwise import erf
+    return erf(np.asarray(x, np.float64))
+
+
+IntervalInterpreter.rules["erf"] = _monotone(_erf64, "erf")
+
+
+@_rule("cosh")
+def _cosh(self, prim, a):
+    v = self.value_of(prim, (a,), {})
+    lo, hi, u, _ = self.bounds(a)
+    with np.errstate(all="ignore"):
+        clo, chi = np.cosh(lo), np.cosh(hi)
+        flo = np.where((lo <= 0) & (hi >= 0), 1.0, np.minimum(clo, chi))
+        fhi = np.maximum(clo, chi)
+        flo, fhi = _widen(flo, fhi, _LIBM64_ULPS)
+        flo, fhi = self.round_result("cosh", v, flo, fhi, (lo, hi))
+    return self.new(v, flo, fhi, u)
+
+
+def _periodic_contains(lo, hi, phase, period):
+    """Does [lo, hi] (possibly) contain a point phase + k·period? Conservative: a tolerance
+    covers the float64 error of the reduction (|x|·2^-50 plus π's representation error)."""
+    with np.errstate(all="ignore"):
+        tol = (np.maximum(np.abs(lo), np.abs(hi)) / period + 1.0) * 2.0 ** -48
+        klo = np.ceil((lo - phase) / period - tol)
+        khi = np.floor((hi - phase) / period + tol)
+    return klo <= khi
+
+
+def _trig(kind):
+    f = {"sin": np.sin, "cos": np.cos, "tan": np.tan}[kind]
+
+    def rule(self, prim, a):
+        v = self.value_of(prim, (a,), {})
+        lo, hi, u, _ = self.bounds(a)
+        with np.errstate(all="ignore"):
+            flo, fhi = f(lo), f(hi)
+            big = ~((hi - lo) < 2 * np.pi) | ~(np.maximum(np.abs(lo), np.abs(hi)) < 2.0 ** 40)
+            if kind == "tan":
+                pole = _periodic_contains(lo, hi, np.pi / 2, np.pi) | big
+                rlo, rhi = np.where(pole, -np.inf, flo), np.where(pole, np.inf, fhi)
+                rlo, rhi = _widen(rlo, rhi, _LIBM64_ULPS)
+            else:
+                top = (np.pi / 2, 0.0)[kind == "cos"]
+                bot = (-np.pi / 2, np.pi)[kind == "cos"]
+                has_max = _periodic_contains(lo, hi, top, 2 * np.pi) | big
+                has_min = _periodic_contains(lo, hi, bot, 2 * np.pi) | big
+                rlo, rhi = _widen(np.minimum(flo, fhi), np.maximum(flo, fhi), _LIBM64_ULPS)
+                rhi = np.where(has_max, 1.0, np.minimum(rhi, 1.0))
+                rlo = np.where(has_min, -1.0, np.maximum(rlo, -1.0))
+            nan = np.isnan(lo) | np.isnan(hi) | np.isinf(lo) | np.isinf(hi)
+            rlo, rhi = np.where(nan, np.nan, rlo), np.where(nan, np.nan, rhi)
+            rlo, rhi = self.round_result(kind, v, rlo, rhi, (lo, hi))
+        return self.new(v, rlo, rhi, u)
+    return rule
+
+
+for _n in ("sin", "cos", "tan"):
+    IntervalInterpreter.rules[_n] = _trig(_n)
+
+
+@_rule("atan2")
+def _atan2(self, prim, y, x):
+    v, (ylo, yhi), (xlo, xhi), un, _ = _binary_prep(self, prim, y, x)
+    with np.errstate(all="ignore"):
+        c = [np.arctan2(ylo, xlo), np.arctan2(ylo, xhi), np.arctan2(yhi, xlo), np.arctan2(yhi, xhi)]
+        lo = np.minimum(np.minimum(c[0], c[1]), np.minimum(c[2], c[3]))
+        hi = np.maximum(np.maximum(c[0], c[1]), np.maximum(c[2], c[3]))
+        # the box touches the branch cut (x <= 0, y straddling 0) or the origin: full range
+        cut = (xlo <= 0) & (ylo <= 0) & (yhi >= 0)
+        lo, hi = np.where(cut, -np.pi, lo), np.where(cut, np.pi, hi)
+        lo, hi = _widen(lo, hi, _LIBM64_ULPS)
+        lo, hi = self.round_result("atan2", v, lo, hi, (ylo, yhi), (xlo, xhi))
+    return self.new(v, lo, hi, un)
+
+
+@_rule("pow")
+def _pow(self, prim, a, b):
+    v, (alo, ahi), (blo, bhi), un, _ = _binary_prep(self, prim, a, b)
+    with np.errstate(all="ignore"):
+        c = [np.power(alo, blo), np.power(alo, bhi), np.power(ahi, blo), np.power(ahi, bhi)]
+        lo = np.minimum(np.minimum(c[0], c[1]), np.minimum(c[2], c[3]))
+        hi = np.maximum(np.maximum(c[0], c[1]), np.maximum(c[2], c[3]))
+        # base > 0: pow is monotone in each argument, so the corners bound the box.
+        # base may be <= 0: exact only for a point integer exponent (parity), else undefined.
+        neg = alo <= 0
+        bint = (blo == bhi) & (np.floor(blo) == blo)
+        n = blo
+        even = bint & (np.mod(n, 2) == 0)
+        straddle = (alo < 0) & (ahi > 0)
+        mag = np.maximum(np.abs(alo), np.abs(ahi))
+        with_zero = (alo <= 0) & (ahi >= 0)
+        # integer n >= 0 through zero: even -> [0, mag^n] ; odd -> monotone corners (already)
+        lo = np.where(neg & bint & (n > 0) & even & straddle, 0.0, lo)
+        hi = np.where(neg & bint & (n > 0) & even & straddle, np.power(mag, n), hi)
+        # negative integer exponent with zero in the base: a pole
+        pole = neg & bint & (n < 0) & with_zero
+        lo, hi = np.where(pole, -np.inf, lo), np.where(pole, np.inf, hi)
+        undefined = neg & ~bint & (alo < 0)
+        lo, hi = np.where(undefined, np.nan, lo), np.where(undefined, np.nan, hi)
+        lo, hi = _widen(lo, hi, _LIBM64_ULPS)
+        lo, hi = self.round_result("pow", v, lo, hi, (alo, ahi), (blo, bhi))
+    return self.new(v, lo, hi, un)
+
+
+def _step_rule(f):
+    """floor/ceil/round/sign: monotone, exact, discontinuous (unstable where the ends differ)."""
+    def rule(self, prim, a):
+        v = self.value_of(prim, (a,), {})
+        lo, hi, u, pt = self.bounds(a)
+        flo, fhi = f(lo), f(hi)
+        jump = flo != fhi
+        return self.new(v, flo, fhi, _or_unstable(u, jump if np.any(jump) else None), pt)
+    return rule
+
+
+IntervalInterpreter.rules.update({"floor": _step_rule(np.floor), "ceil": _step_rule(np.ceil),
+                                  "round": _step_rule(np.rint), "sign": _step_rule(np.sign)})
+
+
+@_rule("floor_divide")
+def _floor_divide(self, prim, a, b):
+    v, (alo, ahi), (blo, bhi), un, _ = _binary_prep(self, prim, a, b)
+    zero = (blo <= 0) & (bhi >= 0)
+    with np.errstate(all="ignore"):
+        qs = [alo / blo, alo / bhi, ahi / blo, ahi / bhi]
+        qlo = np.minimum(np.minimum(qs[0], qs[1]), np.minimum(qs[2], qs[3]))
+        qhi = np.maximum(np.maximum(qs[0], qs[1]), np.maximum(qs[2], qs[3]))
+        qlo, qhi = _widen(qlo, qhi)
+        # npy_divmod may land one step off floor(a/b) when a/b rounds across an integer
+        lo, hi = np.floor(qlo) - 1, np.floor(qhi) + 1
+    lo, hi = np.where(zero, -np.inf, lo), np.where(zero, np.inf, hi)
+    return self.new(v, lo, hi, _or_unstable(un, lo != hi))
+
+
+@_rule("remainder")
+def _remainder(self, prim, a, b):
+    v, _, (blo, bhi), un, _ = _binary_prep(self, prim, a, b)
+    pos, neg = blo > 0, bhi < 0
+    lo = np.where(pos, 0.0, np.where(neg, blo, -np.inf))
+    hi = np.where(pos, bhi, np.where(neg, 0.0, np.inf))
+    return self.new(v, lo, hi, un)
+
+
+# =============================================================================================
+# Comparisons, logic, selection (branches)
+# =============================================================================================
+def _bool_interval(certain, possible):
+    lo = certain.astype(np.float64)
+    hi = possible.astype(np.float64)
+    return lo, hi, lo != hi
+
+
+@_rule("lt", "le", "gt", "ge", "eq", "ne")
+def _compare(self, prim, a, b):
+    v = self.value_of(prim, (a, b), {})
+    # comparisons compare in the promoted dtype of the operands (weak Python scalars follow)
+    pdt = np.result_type(*[p if isinstance(p, (bool, int, float)) else np.asarray(p).dtype
+                           for p in map(self.primal_of, (a, b))])
+    alo, ahi, au, _ = self.bounds(a, pdt)
+    blo, bhi, bu, _ = self.bounds(b, pdt)
+    n = prim.name
+    with np.errstate(invalid="ignore"):
+        if n in ("lt", "gt"):
+            if n == "gt":
+                alo, ahi, blo, bhi = blo, bhi, alo, ahi
+            certain, possible = ahi < blo, alo < bhi
+        elif n in ("le", "ge"):
+            if n == "ge":
+                alo, ahi, blo, bhi = blo, bhi, alo, ahi
+            certain, possible = ahi <= blo, alo <= bhi
+        elif n == "eq":
+            certain = (alo == ahi) & (blo == bhi) & (alo == blo)
+            possible = (alo <= bhi) & (blo <= ahi)
+        else:
+            possible = ~((alo == ahi) & (blo == bhi) & (alo == blo))
+            certain = (ahi < blo) | (bhi < alo)
+    nan = _any_nan(alo, ahi, blo, bhi)
+    certain, possible = certain & ~nan, possible | nan
+    lo, hi, unst = _bool_interval(certain, possible)
+    return self.new(v, lo, hi, _or_unstable(au, bu, unst if np.any(unst) else None))
+
+
+@_rule("logical_and", "logical_or", "logical_xor")
+def _logic2(self, prim, a, b):
+    v, (alo, ahi), (blo, bhi), un, pt = _binary_prep(self, prim, a, b)
+    A0, A1, B0, B1 = alo != 0, ahi != 0, blo != 0, bhi != 0   # certain / possible truth
+    if prim.name == "logical_and":
+        certain, possible = A0 & B0, A1 & B1
+    elif prim.name == "logical_or":
+        certain, possible = A0 | B0, A1 | B1
+    else:
+        undecided = (A0 != A1) | (B0 != B1)
+        val = A0 != B0
+        certain, possible = val & ~undecided, val | undecided
+    lo, hi, unst = _bool_interval(certain, possible)
+    return self.new(v, lo, hi, _or_unstable(un, unst if np.any(unst) else None), pt)
+
+
+@_rule("logical_not")
+def _logic_not(self, prim, a):
+    v = self.value_of(prim, (a,), {})
+    lo, hi, u, pt = self.bounds(a)
+    certain, possible = hi == 0, lo == 0     # certainly false input -> certainly true
+    nlo, nhi, unst = _bool_interval(certain, possible)
+    return self.new(v, nlo, nhi, _or_unstable(u, unst if np.any(unst) else None), pt)
+
+
+@_rule("isnan", "isinf", "isfinite")
+def _isclass(self, prim, a):
+    v = self.value_of(prim, (a,), {})
+    lo, hi, u, pt = self.bounds(a)
+    nan = np.isnan(lo) | np.isnan(hi)
+    finite = np.isfinite(lo) & np.isfinite(hi)
+    point_inf = (lo == hi) & np.isinf(lo)
+    if prim.name == "isnan":
+        certain, possible = np.zeros_like(finite), ~finite
+    elif prim.name == "isinf":
+        certain, possible = point_inf, ~finite & ~nan | nan
+    else:
+        certain, possible = finite, ~point_inf
+    nlo, nhi, unst = _bool_interval(certain, possible)
+    return self.new(v, nlo, nhi, _or_unstable(u, unst if np.any(unst) else None), pt)
+
+
+@_rule("where")
+def _where(self, prim, c, x, y):
+    v = self.value_of(prim, (c, x, y), {})
+    dt = np.asarray(concrete(v)).dtype
+    clo, chi, cu, _ = self.bounds(c)
+    xlo, xhi, xu, xp = self.bounds(x, dt)
+    ylo, yhi, yu, yp = self.bounds(y, dt)
+    sure_t, sure_f = clo != 0, chi == 0
+    if self.branches == "concrete":
+        take = _as_f64(self.primal_of(c)) != 0
+        lo, hi = np.where(take, xlo, ylo), np.where(take, xhi, yhi)
+    else:
+        lo = np.where(sure_t, xlo, np.where(sure_f, ylo, np.minimum(xlo, ylo)))
+        hi = np.where(sure_t, xhi, np.where(sure_f, yhi, np.maximum(xhi, yhi)))
+    undecided = ~(sure_t | sure_f)
+    un = _or_unstable(cu, xu, yu, undecided if np.any(undecided) else None)
+    return self.new(v, lo, hi, None if un is None else np.broadcast_to(un, np.shape(lo)), xp and yp)
+
+
+# =============================================================================================
+# Casts
+# =============================================================================================
+def _contains_format(big, small):
+    return big.p >= small.p and big.emin <= small.emin and big.emax >= small.emax
+
+
+@_rule("cast")
+def _cast(self, prim, a, *, to):
+    v = self.value_of(prim, (a,), {"to": to})
+    lo, hi, u, pt = self.bounds(a)
+    src = _fmt_of(np.asarray(self.primal_of(a)).dtype)
+    if isinstance(to, _formats.Format):
+        if src is not None and _contains_format(to, src):
+            return self.new(v, lo, hi, u, pt)            # widening cast: exact
+        with np.errstate(all="ignore"):
+            if to.dtype in (_formats.bfloat16.dtype, _formats.float8_e4m3fn.dtype,
+                            _formats.float8_e5m2.dtype) and (src is None or src.p > 24):
+                # NumPy/ml_dtypes convert wider values through float32: two roundings
+                lo, hi = _round_bounds(lo, hi, _formats.float32,
+                                       self.accuracy("cast", _formats.float32))
+            lo, hi = _round_bounds(lo, hi, to, self.accuracy("cast", to))
+        return self.new(v, lo, hi, u)
+    dt = np.dtype(to)
+    if dt.kind == "b":
+        certain, possible = ~((lo <= 0) & (hi >= 0)), ~((lo == 0) & (hi == 0))
+        nlo, nhi, unst = _bool_interval(certain, possible)
+        return self.new(v, nlo, nhi, _or_unstable(u, unst if np.any(unst) else None), pt)
+    with np.errstate(all="ignore"):
+        tlo, thi = np.trunc(lo), np.trunc(hi)   # float -> int truncates toward zero
+    jump = (tlo != thi) | np.isnan(tlo) | np.isnan(thi)
+    return self.new(v, tlo, thi, _or_unstable(u, jump if np.any(jump) else None), pt)
+
+
+# =============================================================================================
+# Movement: the same exact movement on value, lo, hi, unstable
+# =============================================================================================
+def _movement(apply):
+    def rule(self, prim, *args, **params):
+        v = self.value_of(prim, args, params)
+        dt = np.asarray(concrete(v)).dtype
+        bs = [self.bounds(x, dt) for x in args]
+        lo = apply(prim, [b[0] for b in bs], params)
+        hi = apply(prim, [b[1] for b in bs], params)
+        if any(b[2] is not None for b in bs):
+            us = [b[2] if b[2] is not None else np.zeros(np.shape(b[0]), bool) for b in bs]
+            un = apply(prim, us, params, fill=False)
+        else:
+            un = None
+        return self.new(v, lo, hi, un, all(b[3] for b in bs))
+    return rule
+
+
+def _apply_np(prim, arrs, params, fill=None):
+    n = prim.name
+    if n == "reshape":
+        return np.reshape(arrs[0], params["shape"])
+    if n == "transpose":
+        return np.transpose(arrs[0], params["axes"])
+    if n == "broadcast_to":
+        return np.broadcast_to(arrs[0], params["shape"])
+    if n == "getitem":
+        return arrs[0][params["index"]]
+    if n == "concatenate":
+        return np.concatenate([np.asarray(a) for a in arrs], axis=params["axis"])
+    if n == "pad":
+        val = False if fill is False else float(np.float64(params["value"]))
+        return np.pad(arrs[0], params["pad_width"], mode="constant", constant_values=val)
+    raise AssertionError(n)
+
+
+for _n in ("reshape", "transpose", "broadcast_to", "getitem", "concatenate", "pad"):
+    IntervalInterpreter.rules[_n] = _movement(_apply_np)
+
+
+# =============================================================================================
+# Reductions
+# =============================================================================================
+def _axes(axis, ndim):
+    if axis is None:
+        return tuple(range(ndim))
+    if isinstance(axis, (tuple, list)):
+        return tuple(a % ndim for a in axis)
+    return (axis % ndim,)
+
+
+def _count(shape, axis):
+    n = 1
+    for ax in _axes(axis, len(shape)):
+        n *= shape[ax]
+    return n
+
+
+def _acc_delta(self, prim_name, fmt):
+    """Relative error bound of one addition in format fmt: ulps·2^(1-p)."""
+    acc = self.accuracy(prim_name, fmt)
+    return math.inf if acc.input_dependent else acc.ulps * 2.0 ** (1 - fmt.p)
+
+
+@_rule("reduce_sum")
+def _reduce_sum(self, prim, a, *, axis=None, keepdims=False, dtype=None):
+    v = self.value_of(prim, (a,), {"axis": axis, "keepdims": keepdims, "dtype": dtype})
+    lo, hi, u, pt = self.bounds(a)
+    out_dt = np.asarray(concrete(v)).dtype
+    n = _count(np.shape(lo), axis)
+    F_out = _fmt_of(out_dt)
+    with np.errstate(all="ignore"):
+        mid, rad = (lo + hi) / 2, (hi - lo) / 2          # rad rounded: widened below
+        mag = np.maximum(np.abs(lo), np.abs(hi))
+        s_mid = np.sum(mid, axis=axis, keepdims=keepdims)
+        s_rad = np.sum(rad, axis=axis, keepdims=keepdims)
+        s_mag = np.sum(mag, axis=axis, keepdims=keepdims)
+        g64 = _gamma(n + 2, 2.0 ** -53)
+        r = _up(s_rad * (1 + g64) + g64 * s_mag + np.abs(s_mid) * 2 * _E64, 4)
+        if F_out is not None:
+            prec = self.policy.resolve("reduce_sum", np.dtype(dtype) if dtype is not None
+                                       else out_dt)
+            Facc = prec.accumulate
+            c = self.gamma(max(n - 1, 0), _acc_delta(self, "reduce_sum", Facc))
+            r = r + _up(c * s_mag * (1 + g64), 3)
+            lo2, hi2 = _widen(s_mid - r, s_mid + r, 1)
+            lo2, hi2 = _to_output(self, lo2, hi2, Facc, F_out)
+        else:
+            lo2, hi2 = np.sum(lo, axis=axis, keepdims=keepdims), np.sum(hi, axis=axis, keepdims=keepdims)
+    un = None if u is None else np.any(u, axis=axis, keepdims=keepdims)
+    return self.new(v, lo2, hi2, un, pt and n <= 1)
+
+
+def _to_output(self, lo, hi, F_acc, F_out):
+    """Round an accumulator's bounds into the output format (or only apply its overflow)."""
+    if F_out.name != F_acc.name:
+        return _round_bounds(lo, hi, F_out, self.accuracy("cast", F_out))
+    if F_out.name != "float64":
+        return _round_bounds(lo, hi, F_out, _ZERO_ACC)
+    return lo, hi
+
+
+class _Exact:
+    """An Accuracy stand-in for an exact step (only overflow handling applies)."""
+    ulps, absolute, input_dependent = 0.0, 0.0, False
+
+
+_ZERO_ACC = _Exact()
+
+
+@_rule("cumsum")
+def _cumsum(self, prim, a, *, axis, dtype=None):
+    v = self.value_of(prim, (a,), {"axis": axis, "dtype": dtype})
+    lo, hi, u, pt = self.bounds(a)
+    out_dt = np.asarray(concrete(v)).dtype
+    F_out = _fmt_of(out_dt)
+    ax = axis % max(np.ndim(lo), 1)
+    n = np.shape(lo)[ax] if np.ndim(lo) else 1
+    with np.errstate(all="ignore"):
+        mid, rad = (lo + hi) / 2, (hi - lo) / 2
+        mag = np.maximum(np.abs(lo), np.abs(hi))
+        c_mid = np.cumsum(mid, axis=ax)
+        c_rad = np.cumsum(rad, axis=ax)
+        c_mag = np.cumsum(mag, axis=ax)
+        shape = [1] * np.ndim(lo)
+        if shape:
+            shape[ax] = n
+        k = np.arange(1, n + 1, dtype=np.float64).reshape(shape)     # terms in each prefix
+        g64 = (k + 2) * 2.0 ** -53 / (1 - (k + 2) * 2.0 ** -53)
+        r = _up(c_rad * (1 + g64) + g64 * c_mag + np.abs(c_mid) * 2 * _E64, 4)
+        if F_out is not None:
+            Facc = self.policy.resolve("cumsum", np.dtype(dtype) if dtype is not None else out_dt).accumulate
+            d = _acc_delta(self, "cumsum", Facc)
+            km1 = k - 1
+            c = np.where(km1 * d < 1, km1 * d / (1 - km1 * d), np.inf) if self.bound == "rigorous" \
+                else np.vectorize(lambda m: self.gamma(int(m), d))(km1)
+            r = r + _up(c * c_mag * (1 + g64), 3)
+        lo2, hi2 = _widen(c_mid - r, c_mid + r, 1)
+        if F_out is not None and F_out.name != "float64":
+            lo2, hi2 = _round_bounds(lo2, hi2, F_out, _ZERO_ACC)
+    un = None if u is None else np.logical_or.accumulate(u, axis=ax)
+    return self.new(v, lo2, hi2, un)
+
+
+@_rule("reduce_prod")
+def _reduce_prod(self, prim, a, *, axis=None, keepdims=False, dtype=None):
+    v = self.value_of(prim, (a,), {"axis": axis, "keepdims": keepdims, "dtype": dtype})
+    lo, hi, u, _ = self.bounds(a)
+    axes = _axes(axis, np.ndim(lo))
+    n = _count(np.shape(lo), axis)
+    # move reduced axes last and flatten them, then multiply intervals pairwise (tree)
+    keep = [i for i in range(np.ndim(lo)) if i not in axes]
+    L = np.transpose(lo, keep + list(axes)).reshape([np.shape(lo)[i] for i in keep] + [-1])
+    H = np.transpose(hi, keep + list(axes)).reshape(L.shape)
+    while L.shape[-1] > 1:
+        if L.shape[-1] % 2:
+            L = np.concatenate([L, np.ones(L.shape[:-1] + (1,))], -1)
+            H = np.concatenate([H, np.ones(H.shape[:-1] + (1,))], -1)
+        L, H = _mul_bounds(L[..., 0::2], H[..., 0::2], L[..., 1::2], H[..., 1::2])
+    L, H = L[..., 0], H[..., 0]
+    if keepdims:
+        shp = [1 if i in axes else s for i, s in enumerate(np.shape(lo))]
+        L, H = L.reshape(shp), H.reshape(shp)
+    F = _fmt_of(np.asarray(concrete(v)).dtype)
+    if F is not None:
+        d = _acc_delta(self, "reduce_prod", self.policy.resolve(
+            "reduce_prod", np.asarray(concrete(v)).dtype).accumulate)
+        g = self.gamma(max(n - 1, 0), d)
+        mag = np.maximum(np.abs(L), np.abs(H))
+        with np.errstate(all="ignore"):
+            e = _up(g * mag, 2) + n * F.smallest_subnormal
+            L, H = _widen(L - e, H + e, 1)
+            L, H = _round_bounds(L, H, F, _ZERO_ACC)
+    un = None if u is None else np.any(u, axis=axis, keepdims=keepdims)
+    return self.new(v, L, H, un)
+
+
+@_rule("reduce_max", "reduce_min")
+def _reduce_maxmin(self, prim, a, *, axis=None, keepdims=False):
+    v = self.value_of(prim, (a,), {"axis": axis, "keepdims": keepdims})
+    lo, hi, u, pt = self.bounds(a)
+    f = np.max if prim.name == "reduce_max" else np.min
+    un = None if u is None else np.any(u, axis=axis, keepdims=keepdims)
+    return self.new(v, f(lo, axis=axis, keepdims=keepdims), f(hi, axis=axis, keepdims=keepdims),
+                    un, pt)
+
+
+@_rule("argmax", "argmin")
+def _argmaxmin(self, prim, a, *, axis=None, keepdims=False):
+    v = self.value_of(prim, (a,), {"axis": axis, "keepdims": keepdims})
+    lo, hi, u, _ = self.bounds(a)
+    if prim.name == "argmin":
+        lo, hi = -hi, -lo
+    ax = axis if axis is not None else None
+    L = lo.ravel() if ax is None else lo
+    H = hi.ravel() if ax is None else hi
+    best_lo = np.max(L, axis=ax, keepdims=True)
+    rivals = np.sum(H >= best_lo, axis=ax, keepdims=keepdims)   # could be the arg-extremum
+    unst = (rivals > 1) | np.any(np.isnan(L), axis=ax, keepdims=keepdims)
+    val = _as_f64(concrete(v))
+    un = _or_unstable(None if u is None else np.any(u, axis=axis, keepdims=keepdims),
+                      unst if np.any(unst) else None)
+    return self.new(v, val, val, un)
+
+
+# =============================================================================================
+# Matmul: midpoint-radius with BLAS
+# =============================================================================================
+def _matmul_constant(self, F_in, F_prod, F_acc, K):
+    """c_K = δ_p + γ_{K-1}(δ_acc)(1+δ_p): |fl(Σ a_i b_i) - Σ a_i b_i| <= c_K Σ|a_i||b_i| + abs,
+    for any summation order (Higham 2002, §3.1)."""
+    exact_products = 2 * F_in.p <= F_prod.p
+    d_p = 0.0 if exact_products else 2.0 ** -F_prod.p
+    acc = self.accuracy("matmul", F_acc)
+    d_acc = acc.ulps * 2.0 ** (1 - F_acc.p) if not acc.input_dependent else math.inf
+    return d_p + self.gamma(max(K - 1, 0), d_acc) * (1 + d_p)
+
+
+def _gemm_upper(L, M, K, small):
+    """Upper bound of L @ M for nonnegative float64 L, M. With ``small`` (values of a float32-
+    or-narrower program) the GEMM runs in float32: inputs converted with a relative
+    (1-u32)^-1 correction, the product with (1-γ_{K+1}(u32))^-1, underflow K·η32·max(M);
+    falls back to float64 where float32 overflows."""
+    if small:
+        with np.errstate(all="ignore"):
+            L32, M32 = L.astype(np.float32), M.astype(np.float32)
+            R = np.matmul(L32, M32).astype(np.float64)
+        if np.all(np.isfinite(R)) or not np.all(np.isfinite(L)) or not np.all(np.isfinite(M)):
+            u32 = 2.0 ** -24
+            corr = 1.0 / ((1.0 - u32) ** 2 * (1.0 - _gamma(K + 1, u32)))
+            mmax = float(np.max(M)) if np.size(M) else 0.0
+            lmax = float(np.max(L)) if np.size(L) else 0.0
+            return _up(R * corr + K * 2.0 ** -149 * (mmax + lmax + 1.0), 3)
+    with np.errstate(all="ignore"):
+        R = np.matmul(L, M)
+    return _up(R * (1.0 + _gamma(K + 2, 2.0 ** -53)), 2)
+
+
+@_rule("matmul")
+def _matmul(self, prim, a, b):
+    v = self.value_of(prim, (a, b), {})
+    alo, ahi, au, ap = self.bounds(a)
+    blo, bhi, bu, bp = self.bounds(b)
+    pa, pb = self.primal_of(a), self.primal_of(b)
+    va, vb, vout = _as_f64(pa), _as_f64(pb), _as_f64(concrete(v))
+    in_dt = np.result_type(np.asarray(pa).dtype, np.asarray(pb).dtype)
+    F_out = _fmt_of(np.asarray(concrete(v)).dtype)
+    K = np.shape(va)[-1] if np.ndim(va) else 1
+    if self.matmul == "render":
+        from fpx.kernels.render import render_matmul
+        prec = self.policy.resolve("matmul", in_dt)
+        lo, hi = render_matmul(alo, ahi, blo, bhi, prec.input)
+        return self.new(v, lo, hi, _matmul_unstable(au, bu, np.shape(lo)))
+    prec = self.policy.resolve("matmul", in_dt)
+    F_in, F_prod, F_acc = prec.input, prec.compute, prec.accumulate
+    c = _matmul_constant(self, F_in, F_prod, F_acc, K)
+    small = F_out is not None and F_out.p <= 24 and F_in.p <= 24
+    with np.errstate(all="ignore"):
+        # radii around the program's operand values (asymmetric intervals made symmetric)
+        ra = _up(np.maximum(va - alo, ahi - va), 1)
+        rb = _up(np.maximum(vb - blo, bhi - vb), 1)
+        src = _fmt_of(in_dt)
+        if src is not None and not _contains_format(F_in, src):   # e.g. float32 -> tf32 inputs
+            ra = _up(ra + (np.abs(va) + ra) * 2.0 ** -F_in.p + F_in.smallest_subnormal, 3)
+            rb = _up(rb + (np.abs(vb) + rb) * 2.0 ** -F_in.p + F_in.smallest_subnormal, 3)
+        Ah, Bh = _up(np.abs(va) + ra), _up(np.abs(vb) + rb)
+        absterm = K * (F_prod.smallest_subnormal + F_acc.smallest_subnormal)
+        rounded_inputs = src is not None and not _contains_format(F_in, src)
+        exact_center = not rounded_inputs and (
+            (ap and bp) or self.matmul == "exact-center" or _narrow(ra, Ah, rb, Bh, c))
+        if exact_center:   # centre = midpoints' product in float64, float64 error included
+            ma, mb = (alo + ahi) / 2, (blo + bhi) / 2
+            hra, hrb = _up((ahi - alo) / 2), _up((bhi - blo) / 2)
+            center = np.matmul(ma, mb)
+            L = _up(hra + (c + _gamma(K + 2, 2.0 ** -53)) * Ah, 3)
+            rad = _gemm_upper(L, Bh, K, small)
+            if not bp:
+                rad = rad + _gemm_upper(np.abs(ma), hrb, K, small)
+        else:              # centre = the program's value: its own error counted once more
+            center = vout
+            rad = _gemm_upper(_up(2 * c * Ah + ra, 3), Bh, K, small)
+            if not bp or rounded_inputs:
+                rad = rad + _gemm_upper(np.abs(va), rb, K, small)
+        rad = _up(rad + 2 * absterm, 2)
+        lo, hi = _widen(center - rad, center + rad, 1)
+        if F_out is not None:
+            lo, hi = _to_output(self, lo, hi, F_acc, F_out)
+    return self.new(v, lo, hi, _matmul_unstable(au, bu, np.shape(lo)))
+
+
+def _narrow(ra, Ah, rb, Bh, c):
+    """Heuristic: are the operand intervals so narrow that centring on the program's value
+    (which counts its rounding error twice) would noticeably widen the bound? Then an exact
+    float64 centre is worth its GEMM."""
+    rho = float(np.sum(ra)) / max(float(np.sum(Ah)), 1e-300) + \
+        float(np.sum(rb)) / max(float(np.sum(Bh)), 1e-300)
+    return rho < 4 * c
+
+
+def _matmul_unstable(au, bu, shape):
+    if au is None and bu is None:
+        return None
+    out = np.zeros(shape, bool)
+    if au is not None:
+        out |= np.broadcast_to(np.any(au, axis=-1, keepdims=True) if np.ndim(au) > 1
+                               else np.any(au), shape)
+    if bu is not None:
+        bb = np.any(bu, axis=-2, keepdims=True) if np.ndim(bu) > 1 else np.any(bu)
+        out |= np.broadcast_to(bb, shape)
+    return out
+
+
+# =============================================================================================
+# The transform
+# =============================================================================================
+def interval(f=None, *, policy=None, branches: str = "hull", bound: str = "rigorous",
+             confidence: float = 0.999, matmul: str = "midrad"):
+    """``interval(f)(*args)`` -> ``f``'s outputs as :class:`Interval` objects (same pytree).
+
+    Inputs may be arrays (point intervals) or :class:`Interval` objects. ``policy``: a precision
+    policy or preset name (default ``"numpy"``). ``branches``: ``"hull"`` (sound) or
+    ``"concrete"`` (RENDER's observed-branch semantics). ``bound``: ``"rigorous"`` or
+    ``"probabilistic"`` (Higham & Mary 2019, λ·sqrt(n)·u with the given ``confidence``; not a
+    guarantee). ``matmul``: ``"midrad"`` (default), ``"exact-center"`` (always a float64 centre)
+    or ``"render"`` (RENDER's per-element scalar-loop bound, numba; for comparison).
+    Usable as a decorator: ``@fpx.interval`` or ``@fpx.interval(policy="cuda")``.
+    """
+    if f is None:
+        return lambda g: interval(g, policy=policy, branches=branches, bound=bound,
+                                  confidence=confidence, matmul=matmul)
+
+    @wraps(f)
+    def bounded(*args, **kwargs):
+        interp, out = run_interval(f, args, kwargs, policy=policy, branches=branches,
+                                   bound=bound, confidence=confidence, matmul=matmul)
+        return out
+    return bounded
+
+
+def run_interval(f, args, kwargs, **options):
+    """Run ``f`` under a new :class:`IntervalInterpreter`; return (interpreter, outputs as
+    Intervals). ``classify`` uses this to read the interpreter's events."""
+    interp = IntervalInterpreter(current_interpreter(), **options)
+    leaves, td = tree.flatten((args, kwargs))
+    wrapped = []
+    for i, x in enumerate(leaves):
+        if isinstance(x, Interval):
+            wrapped.append(IntervalTracer(interp, x.value, x.lo, x.hi, x.unstable,
+                                          bool(np.all(x.lo == x.hi))))
+        elif is_array_leaf(x):
+            check_dtype(x, f"input leaf {i} of {getattr(f, '__name__', 'f')}")
+            c = concrete(x)
+            v64 = _as_f64(c)
+            wrapped.append(IntervalTracer(interp, x, v64, v64, None, True))
+        else:
+            wrapped.append(x)
+    a, k = tree.unflatten(td, wrapped)
+    with using(interp):
+        out = f(*a, **k)
+    o_leaves, o_td = tree.flatten(out)
+    res = []
+    for x in o_leaves:
+        if isinstance(x, IntervalTracer) and x._interp is interp:
+            res.append(Interval(x.lo, x.hi, x.primal, x.unstable))
+        elif is_array_leaf(x) or isinstance(x, (bool, int, float)):
+            c = _as_f64(concrete(x))
+            res.append(Interval(c, c, x))
+        else:
+            res.append(x)
+    return interp, tree.unflatten(o_td, res)
