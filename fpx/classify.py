@@ -4,9 +4,10 @@ RENDER's question (Zhan et al., "When AllClose Fails", 2025): the target program
 differs from a reference by more than ``allclose`` allows. Bound what round-off alone could make
 the target produce on this input (``fpx.interval``): a reference inside the bound is explained
 by round-off; a reference outside a finite, sound bound cannot be -- a bug. ``inconclusive``
-when the bound cannot decide: infinite/NaN bounds where the reference is not contained, or an
-unstable value decided Python control flow (the bound then covers only the path taken) or an
-integer output.
+when the bound cannot decide: infinite/NaN bounds where the reference is not contained, a
+``[-inf, +inf]`` bound (it contains everything, so it explains nothing) where target and
+reference differ, or an unstable value decided Python control flow (the bound then covers only
+the path taken) or an integer output.
 
 If ``reference`` is a function, its own bound is computed too and the two enclosures are
 compared: a reference computed in float32 is not exact, and disjoint enclosures are needed to
@@ -29,8 +30,12 @@ __all__ = ["classify", "Verdict"]
 class Verdict:
     """The outcome of :func:`classify`.
 
-    ``kind``: ``"roundoff"``, ``"bug"`` or ``"inconclusive"``; ``outside``: indices (flat
-    output number, element index) of reference elements outside the target's bound; ``margin``:
+    ``kind``: ``"roundoff"``, ``"bug"`` or ``"inconclusive"``; ``outside``: the reference
+    elements outside the target's bound, largest excursion first (at most 20 per output), as
+    ``(output number, element index, reference, lo, hi, target value)``; ``n_undecided``:
+    elements the bounds cannot decide (a NaN or half-infinite bound that misses the reference,
+    a ``[-inf, +inf]`` bound where target and reference differ, an integer output decided by
+    an unstable comparison); ``margin``:
     the largest distance outside, absolute and relative to the bound's half-width;
     ``tightness``: median over elements of (bound half-width / observed |target - reference|)
     where they differ (1 = the bound is as tight as the observed error; large = loose);
@@ -59,7 +64,7 @@ class Verdict:
         lines = [f"fpx.classify verdict: {self.kind.upper()}"
                  + ("" if self.rigorous else "  (probabilistic bound: NOT rigorous)")]
         lines.append(f"  elements: {self.n_elements}; outside the target's round-off bound: "
-                     f"{self.n_outside}; undecidable (non-finite bounds): {self.n_undecided}")
+                     f"{self.n_outside}; undecidable: {self.n_undecided}")
         lines.append(f"  max |target - reference| observed: {self.max_observed:.6g}")
         if np.isfinite(self.tightness):
             lines.append(f"  bound tightness (median half-width / observed difference): "
@@ -119,11 +124,15 @@ def classify(target, reference, *args, policy=None, bound: str = "rigorous",
             overlap = (rlo <= thi) & (tlo <= rhi)
             both_nan = np.isnan(tv) & np.isnan(rv) & (np.isnan(tlo) | np.isnan(thi))
             finite = np.isfinite(tlo) & np.isfinite(thi) & np.isfinite(rlo) & np.isfinite(rhi)
-            bad = ~overlap & ~both_nan
+            # identical values (inf == inf included) need no explanation, whatever the bounds
+            bad = ~overlap & ~both_nan & ~(tv == rv)
             outside = bad & finite & ~np.isnan(rv) | (bad & np.isnan(rv) & np.isfinite(tlo)
                                                       & np.isfinite(thi))
-            undecided = bad & ~outside
-            diff = np.abs(tv - rv)
+            # [-inf, +inf] contains everything: "inside" it explains nothing
+            vacuous = overlap & ~(tv == rv) & ((np.isneginf(tlo) & np.isposinf(thi))
+                                               | (np.isneginf(rlo) & np.isposinf(rhi)))
+            undecided = bad & ~outside | vacuous
+            diff = np.where(tv == rv, 0.0, np.abs(tv - rv))   # inf == inf: no difference
             half = (thi - tlo) / 2
         v.n_elements += int(tv.size)
         v.n_outside += int(np.count_nonzero(outside))
@@ -131,8 +140,10 @@ def classify(target, reference, *args, policy=None, bound: str = "rigorous",
         fin = np.isfinite(diff)
         if fin.any():
             v.max_observed = max(v.max_observed, float(np.max(diff[fin])))
+        if np.any(np.isinf(diff)):
+            v.max_observed = float("inf")
         sel = fin & (diff > 0) & np.isfinite(half)
-        if sel.any():
+        if sel.any() and np.asarray(concrete(t.value)).dtype.kind not in "iub":
             halfw_over_obs.append((half[sel] / diff[sel]).ravel())
         if np.any(outside):
             with np.errstate(invalid="ignore"):
@@ -148,9 +159,10 @@ def classify(target, reference, *args, policy=None, bound: str = "rigorous",
                 if outside[idx]:
                     v.outside.append((i, tuple(int(j) for j in idx), float(rv[idx]),
                                       float(tlo[idx]), float(thi[idx]), float(tv[idx])))
-        if t.unstable is not None and np.any(t.unstable) and \
-                np.asarray(concrete(t.value)).dtype.kind in "iub":
-            v.reasons.append(f"output {i} is an integer decided by an unstable comparison")
+        for who, iv in (("output", t), ("reference output", r)):
+            if iv.unstable is not None and np.any(iv.unstable) and \
+                    np.asarray(concrete(iv.value)).dtype.kind in "iub":
+                v.reasons.append(f"{who} {i} is an integer decided by an unstable comparison")
     if halfw_over_obs:
         v.tightness = float(np.median(np.concatenate(halfw_over_obs)))
     control = any(e.kind == "unstable-control-flow" for e in events)
@@ -162,7 +174,8 @@ def classify(target, reference, *args, policy=None, bound: str = "rigorous",
     elif v.n_outside or v.n_undecided or control or int_unstable:
         v.kind = "inconclusive"
         if v.n_undecided:
-            v.reasons.append(f"{v.n_undecided} element(s) have infinite or NaN bounds")
+            v.reasons.append(f"{v.n_undecided} element(s) cannot be decided: infinite or NaN "
+                             "bounds, or an integer decided by an unstable comparison")
         if control:
             v.reasons.append("an unstable value decided Python control flow: the bound covers "
                              "only the path this run took")

@@ -73,10 +73,53 @@ def demo(out=sys.stdout) -> int:
     say(f"   SR takes the two neighbours {np.unique(sr)} with frequency "
         f"{np.mean(sr > 1 / 3):.4f} up (expected {(1 / 3 - np.unique(sr)[0]) / np.ptp(np.unique(sr)):.4f})\n")
 
+    _demo_classify(say)
+
     acc = float(np.mean(np.argmax(rec.outputs, axis=1) == labels))
     say(f"(The untrained model's accuracy on the spirals is {acc:.2f}; fpx cares about its "
         "arithmetic, not its skill.)")
     return 0
+
+
+def tiled_matmul_f16(a, b, tile=32, seed=0, transposed_tile_bug=False):
+    """A float16 tiled matmul kernel written in NumPy: K is cut into tiles whose partial
+    products are accumulated in float16 in a shuffled order (as a split-K GPU kernel might).
+    ``transposed_tile_bug`` reads each square tile of B with swapped strides."""
+    order = np.random.default_rng(seed).permutation(a.shape[1] // tile)
+
+    def kernel(a, b):
+        acc = np.zeros((a.shape[0], b.shape[1]), dtype=np.float16)
+        for t in order:
+            at = a[:, t * tile:(t + 1) * tile]
+            for j in range(0, b.shape[1], tile):
+                bt = b[t * tile:(t + 1) * tile, j:j + tile]
+                if transposed_tile_bug:
+                    bt = bt.T
+                acc_j = acc[:, j:j + tile] + at @ bt
+                acc = np.concatenate([acc[:, :j], acc_j, acc[:, j + tile:]], axis=1)
+        return acc
+    return kernel
+
+
+def _demo_classify(say):
+    import fpx
+    rng = np.random.default_rng(3)
+    a = rng.standard_normal((64, 256)).astype(np.float16)
+    b = rng.standard_normal((256, 64)).astype(np.float16)
+    ref = a.astype(np.float32) @ b.astype(np.float32)            # the float32 reference
+    say("4. Round-off or bug? A float16 tiled matmul (K in shuffled tiles, float16 accumulation)")
+    say("   vs a float32 reference. allclose cannot tell; fpx.classify bounds what round-off")
+    say("   alone can do to the kernel on this input (sound, any summation order):")
+    for name, bug in [("kernel", False), ("kernel with a transposed-stride tile bug", True)]:
+        kern = tiled_matmul_f16(a, b, transposed_tile_bug=bug)
+        y = kern(a, b)
+        ok = np.allclose(y.astype(np.float32), ref, rtol=1e-3, atol=1e-3)
+        v = fpx.classify(kern, ref, a, b)
+        say(f"   {name}: np.allclose(rtol=1e-3) -> {ok}; max |diff| "
+            f"{np.max(np.abs(y.astype(np.float32) - ref)):.3g}; fpx says {v.kind.upper()}")
+        if v.kind == "bug":
+            say("\n".join("   " + line for line in v.report(max_items=3).splitlines()[1:]))
+    say("")
 
 
 def formats_table(out=sys.stdout) -> int:

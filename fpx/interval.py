@@ -34,6 +34,7 @@ import numpy as np
 
 from fpx import formats as _formats
 from fpx import tree
+from fpx.kernels import interval as _K
 from fpx.core import (PRIMITIVES, Interpreter, Tracer, UnsupportedOpError, concrete,
                       current_interpreter, using)
 from fpx.policy import get_policy
@@ -43,7 +44,6 @@ __all__ = ["interval", "Interval", "IntervalInterpreter"]
 
 _E64 = 2.0 ** -52
 _TINY64 = 5e-324
-_BIG = 1e300
 _LIBM64_ULPS = 4          # float64 libm error allowance for bound evaluation (NumPy <= 3 ulp)
 _P = PRIMITIVES
 
@@ -128,14 +128,12 @@ def _is_cupy(x):
 def _widen(lo, hi, k=1):
     """Widen float64 bounds computed with ``k`` rounded-to-nearest steps outward."""
     rel = (k + 2) * _E64
-    dlo = np.minimum(np.abs(lo), _BIG) * rel + _TINY64
-    dhi = np.minimum(np.abs(hi), _BIG) * rel + _TINY64
-    return lo - dlo, hi + dhi
+    return _K.down(lo, rel, _TINY64, math.inf), _K.up(hi, rel, _TINY64, math.inf)
 
 
 def _up(x, k=1):
     """Upper bound of a nonnegative float64 quantity computed with ``k`` rounded steps."""
-    return x * (1.0 + (k + 2) * _E64) + _TINY64
+    return _K.scale_up(x, 1.0 + (k + 2) * _E64, 0.0)
 
 
 def _gamma(n, delta):
@@ -207,10 +205,11 @@ class IntervalInterpreter(Interpreter):
         """Accumulation constant for n terms: rigorous γ_n, or Higham–Mary's λ·sqrt(n)·δ."""
         if n <= 0:
             return 0.0
-        if self.bound == "probabilistic":
+        rigorous = _gamma(n, delta)
+        if self.bound == "probabilistic":   # never wider than the rigorous bound (small n)
             lam = math.sqrt(2.0 * math.log(2.0 * max(n, 1) / (1.0 - self.confidence)))
-            return math.expm1(lam * math.sqrt(n) * delta + n * delta * delta / (1 - delta))
-        return _gamma(n, delta)
+            return min(rigorous, math.expm1(lam * math.sqrt(n) * delta + n * delta * delta / (1 - delta)))
+        return rigorous
 
     def accuracy(self, prim_name, fmt):
         key = (prim_name, fmt.name)
@@ -276,34 +275,56 @@ def _xp(a):
     return np
 
 
+# Points where documented piecewise accuracies change (subnormal inputs under flush-to-zero,
+# __logf's [0.5, 2], __sinf's [-pi, pi]): input-dependent accuracies are evaluated at the
+# endpoints of each input interval and at these points clipped into it.
+_PROBES = (0.0, 1e-39, -1e-39, 0.5, -0.5, 1.0, -1.0, 2.0, -2.0,
+           math.pi / 2, -math.pi / 2, math.pi, -math.pi)
+
+
+def _accuracy_terms(acc, inputs):
+    """(ulps, absolute) of an accuracy over the input intervals ``inputs`` [(lo, hi), ...]."""
+    if not acc.input_dependent:
+        return acc.ulps, acc.absolute
+    if not inputs:
+        raise ValueError("fpx.interval: an input-dependent accuracy needs the op's inputs")
+    samples = [[i[0] for i in inputs], [i[1] for i in inputs]]
+    samples += [[np.clip(p, i[0], i[1]) for i in inputs] for p in _PROBES]
+    with np.errstate(all="ignore"):
+        ulps = _as_f64(acc.ulps_at(*samples[0]))
+        ab = _as_f64(acc.absolute_at(*samples[0]))
+        for smp in samples[1:]:
+            ulps = np.maximum(ulps, _as_f64(acc.ulps_at(*smp)))
+            ab = np.maximum(ab, _as_f64(acc.absolute_at(*smp)))
+    return ulps, ab
+
+
 def _round_bounds(lo, hi, F, acc, inputs=()):
     """[lo, hi] (exact-real enclosure) widened by one rounding into format F with accuracy acc:
-    |fl(v) - v| <= ulps·2^(1-p)·|v| + ulps·η + absolute; overflow beyond F.max gives ±inf
-    (NaN for formats without infinities)."""
-    if acc.input_dependent:
-        ulps = np.maximum(_as_f64(acc.ulps_at(*[i[0] for i in inputs])),
-                          _as_f64(acc.ulps_at(*[i[1] for i in inputs]))) if inputs else acc.ulps
-        ab = np.maximum(_as_f64(acc.absolute_at(*[i[0] for i in inputs])),
-                        _as_f64(acc.absolute_at(*[i[1] for i in inputs]))) if inputs else 0.0
-    else:
-        ulps, ab = acc.ulps, acc.absolute
-    if np.ndim(ulps) == 0 and float(ulps) == 0 and np.ndim(ab) == 0 and float(ab) == 0:
+    |fl(v) - v| <= ulps·2^(1-p)·|v| + ulps·η + absolute, fused with the outward widening of
+    this float64 step (relative 8·2^-53, absolute 2^-1074) and with :func:`_overflow`."""
+    ulps, ab = _accuracy_terms(acc, inputs)
+    R = ulps * 2.0 ** (1 - F.p) + 4 * _E64
+    A = (ulps * F.smallest_subnormal + ab) * (1 + 4 * _E64) + _TINY64
+    if F.has_inf or F.name == "float64":   # one fused pass per bound
+        top = math.inf if F.name == "float64" else F.max
+        return _K.down(lo, R, A, top), _K.up(hi, R, A, top)
+    return _overflow(_K.down(lo, R, A, math.inf), _K.up(hi, R, A, math.inf), F)
+
+
+def _overflow(lo, hi, F):
+    """Where a bound passes F's largest finite value the program may overflow: ±inf (NaN for
+    formats without infinities). float64 bounds overflow by themselves."""
+    if F.name == "float64":
         return lo, hi
-    rel = ulps * 2.0 ** (1 - F.p)
-    absl = ulps * F.smallest_subnormal + ab
-    lo = lo - (np.minimum(np.abs(lo), _BIG) * rel + absl)
-    hi = hi + (np.minimum(np.abs(hi), _BIG) * rel + absl)
-    lo, hi = _widen(lo, hi, 2)
-    if F.name != "float64":
-        top = F.max
-        over_lo, over_hi = lo < -top, hi > top
-        if F.has_inf:
-            lo = np.where(over_lo, -np.inf, lo)
-            hi = np.where(over_hi, np.inf, hi)
-        else:
-            lo = np.where(over_lo | over_hi, np.nan, lo)
-            hi = np.where(over_lo | over_hi, np.nan, hi)
-    return lo, hi
+    top = F.max
+    over_lo, over_hi = lo < -top, hi > top
+    if not (np.any(over_lo) or np.any(over_hi)):
+        return lo, hi
+    if F.has_inf:
+        return np.where(over_lo, -np.inf, lo), np.where(over_hi, np.inf, hi)
+    nan = over_lo | over_hi
+    return np.where(nan, np.nan, lo), np.where(nan, np.nan, hi)
 
 
 def _rule(*names):
@@ -402,7 +423,7 @@ def _fma(self, prim, a, b, c):
     plo, phi = _mul_bounds(alo, ahi, blo, bhi)
     with np.errstate(invalid="ignore", over="ignore"):
         lo, hi = _widen(plo + clo, phi + chi)
-        lo, hi = self.round_result("fma", v, lo, hi)
+        lo, hi = self.round_result("fma", v, lo, hi, (alo, ahi), (blo, bhi), (clo, chi))
     return self.new(v, lo, hi, _or_unstable(au, bu, cu))
 
 
@@ -835,16 +856,8 @@ def _to_output(self, lo, hi, F_acc, F_out):
     if F_out.name != F_acc.name:
         return _round_bounds(lo, hi, F_out, self.accuracy("cast", F_out))
     if F_out.name != "float64":
-        return _round_bounds(lo, hi, F_out, _ZERO_ACC)
+        return _overflow(lo, hi, F_out)
     return lo, hi
-
-
-class _Exact:
-    """An Accuracy stand-in for an exact step (only overflow handling applies)."""
-    ulps, absolute, input_dependent = 0.0, 0.0, False
-
-
-_ZERO_ACC = _Exact()
 
 
 @_rule("cumsum")
@@ -876,7 +889,7 @@ def _cumsum(self, prim, a, *, axis, dtype=None):
             r = r + _up(c * c_mag * (1 + g64), 3)
         lo2, hi2 = _widen(c_mid - r, c_mid + r, 1)
         if F_out is not None and F_out.name != "float64":
-            lo2, hi2 = _round_bounds(lo2, hi2, F_out, _ZERO_ACC)
+            lo2, hi2 = _overflow(lo2, hi2, F_out)
     un = None if u is None else np.logical_or.accumulate(u, axis=ax)
     return self.new(v, lo2, hi2, un)
 
@@ -909,7 +922,7 @@ def _reduce_prod(self, prim, a, *, axis=None, keepdims=False, dtype=None):
         with np.errstate(all="ignore"):
             e = _up(g * mag, 2) + n * F.smallest_subnormal
             L, H = _widen(L - e, H + e, 1)
-            L, H = _round_bounds(L, H, F, _ZERO_ACC)
+            L, H = _overflow(L, H, F)
     un = None if u is None else np.any(u, axis=axis, keepdims=keepdims)
     return self.new(v, L, H, un)
 
@@ -926,20 +939,26 @@ def _reduce_maxmin(self, prim, a, *, axis=None, keepdims=False):
 
 @_rule("argmax", "argmin")
 def _argmaxmin(self, prim, a, *, axis=None, keepdims=False):
+    """The index bound spans every candidate: elements whose interval reaches the extremum's
+    lower end (first to last candidate); unstable where there is more than one."""
     v = self.value_of(prim, (a,), {"axis": axis, "keepdims": keepdims})
     lo, hi, u, _ = self.bounds(a)
     if prim.name == "argmin":
         lo, hi = -hi, -lo
-    ax = axis if axis is not None else None
-    L = lo.ravel() if ax is None else lo
-    H = hi.ravel() if ax is None else hi
-    best_lo = np.max(L, axis=ax, keepdims=True)
-    rivals = np.sum(H >= best_lo, axis=ax, keepdims=keepdims)   # could be the arg-extremum
-    unst = (rivals > 1) | np.any(np.isnan(L), axis=ax, keepdims=keepdims)
-    val = _as_f64(concrete(v))
+    L = lo.ravel() if axis is None else lo
+    H = hi.ravel() if axis is None else hi
+    ax = -1 if axis is None else axis
+    with np.errstate(invalid="ignore"):
+        cand = H >= np.max(L, axis=ax, keepdims=True)
+    nan = np.any(np.isnan(L) | np.isnan(H), axis=ax, keepdims=keepdims)
+    n = L.shape[ax] if np.ndim(L) else 1
+    first = np.argmax(cand, axis=ax, keepdims=keepdims).astype(np.float64)
+    last = (n - 1 - np.argmax(np.flip(cand, axis=ax), axis=ax, keepdims=keepdims)).astype(np.float64)
+    first, last = np.where(nan, 0.0, first), np.where(nan, n - 1.0, last)
+    unst = (first != last)
     un = _or_unstable(None if u is None else np.any(u, axis=axis, keepdims=keepdims),
                       unst if np.any(unst) else None)
-    return self.new(v, val, val, un)
+    return self.new(v, first, last, un)
 
 
 # =============================================================================================
@@ -955,75 +974,111 @@ def _matmul_constant(self, F_in, F_prod, F_acc, K):
     return d_p + self.gamma(max(K - 1, 0), d_acc) * (1 + d_p)
 
 
-def _gemm_upper(L, M, K, small):
-    """Upper bound of L @ M for nonnegative float64 L, M. With ``small`` (values of a float32-
-    or-narrower program) the GEMM runs in float32: inputs converted with a relative
-    (1-u32)^-1 correction, the product with (1-γ_{K+1}(u32))^-1, underflow K·η32·max(M);
-    falls back to float64 where float32 overflows."""
+def _f32_upper(X):
+    """A float32 array >= X elementwise (X >= 0): narrow formats convert exactly; float64 is
+    bumped by 2^-23 relative + 2^-149 first, so the round-to-nearest conversion cannot land
+    below X (normal and subnormal float32 ranges alike)."""
+    if X.dtype == np.float32:
+        return X
+    if X.dtype != np.float64 and _fmt_of(X.dtype) is not None and _fmt_of(X.dtype).p <= 24:
+        return X.astype(np.float32)
+    return (X * (1.0 + 2.0 ** -23) + 2.0 ** -149).astype(np.float32)
+
+
+def _gemm_upper(L, M, K, small, scale=1.0, add=0.0):
+    """Upper bound of ``scale·(L @ M) + add`` for nonnegative L, M. With ``small`` (a
+    float32-or-narrower program) the GEMM runs in float32 on upper float32 copies: every product
+    and partial sum of nonnegative terms loses at most u32 relative or 2^-150 absolute, so
+    L @ M <= (R + K·2^-150) / (1 - γ_{K+1}(u32)). Falls back to float64 where float32
+    overflows."""
     if small:
         with np.errstate(all="ignore"):
-            L32, M32 = L.astype(np.float32), M.astype(np.float32)
-            R = np.matmul(L32, M32).astype(np.float64)
-        if np.all(np.isfinite(R)) or not np.all(np.isfinite(L)) or not np.all(np.isfinite(M)):
-            u32 = 2.0 ** -24
-            corr = 1.0 / ((1.0 - u32) ** 2 * (1.0 - _gamma(K + 1, u32)))
-            mmax = float(np.max(M)) if np.size(M) else 0.0
-            lmax = float(np.max(L)) if np.size(L) else 0.0
-            return _up(R * corr + K * 2.0 ** -149 * (mmax + lmax + 1.0), 3)
+            R = np.matmul(_f32_upper(L), _f32_upper(M))
+        if np.isfinite(R).all():
+            corr = scale / (1.0 - _gamma(K + 1, 2.0 ** -24))
+            return _K.scale_up(R, corr, corr * K * 2.0 ** -150 + add)
     with np.errstate(all="ignore"):
-        R = np.matmul(L, M)
-    return _up(R * (1.0 + _gamma(K + 2, 2.0 ** -53)), 2)
+        R = np.matmul(np.asarray(L, np.float64), np.asarray(M, np.float64))
+    return _K.scale_up(R, scale * (1.0 + _gamma(K + 2, 2.0 ** -53)), add)
+
+
+def _abs_operand(p, small):
+    """|operand| for a GEMM bound: float32-representable programs stay in float32 (exact)."""
+    if small and np.asarray(p).dtype != np.float64:
+        return np.abs(p)
+    return np.abs(_as_f64(p))
 
 
 @_rule("matmul")
 def _matmul(self, prim, a, b):
     v = self.value_of(prim, (a, b), {})
-    alo, ahi, au, ap = self.bounds(a)
-    blo, bhi, bu, bp = self.bounds(b)
+    # constants (weights) are points: their float64 bounds are only built where needed
+    alo, ahi, au, ap = (a.lo, a.hi, a.unstable, a.point) if self._own(a) else (None, None, None, True)
+    blo, bhi, bu, bp = (b.lo, b.hi, b.unstable, b.point) if self._own(b) else (None, None, None, True)
     pa, pb = self.primal_of(a), self.primal_of(b)
-    va, vb, vout = _as_f64(pa), _as_f64(pb), _as_f64(concrete(v))
     in_dt = np.result_type(np.asarray(pa).dtype, np.asarray(pb).dtype)
     F_out = _fmt_of(np.asarray(concrete(v)).dtype)
-    K = np.shape(va)[-1] if np.ndim(va) else 1
+    K = np.shape(pa)[-1] if np.ndim(pa) else 1
+    prec = self.policy.resolve("matmul", in_dt)
     if self.matmul == "render":
         from fpx.kernels.render import render_matmul
-        prec = self.policy.resolve("matmul", in_dt)
+        (alo, ahi, _, _), (blo, bhi, _, _) = self.bounds(a), self.bounds(b)
         lo, hi = render_matmul(alo, ahi, blo, bhi, prec.input)
         return self.new(v, lo, hi, _matmul_unstable(au, bu, np.shape(lo)))
-    prec = self.policy.resolve("matmul", in_dt)
     F_in, F_prod, F_acc = prec.input, prec.compute, prec.accumulate
     c = _matmul_constant(self, F_in, F_prod, F_acc, K)
-    small = F_out is not None and F_out.p <= 24 and F_in.p <= 24
+    small = F_out is not None and F_out.p <= 24 and F_in.p <= 24 and in_dt != np.float64
+    src = _fmt_of(in_dt)
+    rounded_inputs = src is not None and not _contains_format(F_in, src)   # e.g. tf32 inputs
+    g64 = _gamma(K + 2, 2.0 ** -53)
     with np.errstate(all="ignore"):
-        # radii around the program's operand values (asymmetric intervals made symmetric)
-        ra = _up(np.maximum(va - alo, ahi - va), 1)
-        rb = _up(np.maximum(vb - blo, bhi - vb), 1)
-        src = _fmt_of(in_dt)
-        if src is not None and not _contains_format(F_in, src):   # e.g. float32 -> tf32 inputs
-            ra = _up(ra + (np.abs(va) + ra) * 2.0 ** -F_in.p + F_in.smallest_subnormal, 3)
-            rb = _up(rb + (np.abs(vb) + rb) * 2.0 ** -F_in.p + F_in.smallest_subnormal, 3)
-        Ah, Bh = _up(np.abs(va) + ra), _up(np.abs(vb) + rb)
-        absterm = K * (F_prod.smallest_subnormal + F_acc.smallest_subnormal)
-        rounded_inputs = src is not None and not _contains_format(F_in, src)
-        exact_center = not rounded_inputs and (
-            (ap and bp) or self.matmul == "exact-center" or _narrow(ra, Ah, rb, Bh, c))
-        if exact_center:   # centre = midpoints' product in float64, float64 error included
-            ma, mb = (alo + ahi) / 2, (blo + bhi) / 2
-            hra, hrb = _up((ahi - alo) / 2), _up((bhi - blo) / 2)
+        # radii around the program's operand values (point operands: 0, no array work)
+        ra = 0.0 if ap else _up(np.maximum(_as_f64(pa) - alo, ahi - _as_f64(pa)), 1)
+        rb = 0.0 if bp else _up(np.maximum(_as_f64(pb) - blo, bhi - _as_f64(pb)), 1)
+        if rounded_inputs:
+            ra = _up(ra + (np.abs(_as_f64(pa)) + ra) * 2.0 ** -F_in.p + F_in.smallest_subnormal, 3)
+            rb = _up(rb + (np.abs(_as_f64(pb)) + rb) * 2.0 ** -F_in.p + F_in.smallest_subnormal, 3)
+        a_pt, b_pt = np.ndim(ra) == 0 and ra == 0, np.ndim(rb) == 0 and rb == 0
+        absA = _abs_operand(pa, small)
+        absB = _abs_operand(pb, small)
+        Ah = absA if a_pt else _up(absA + ra)
+        Bh = absB if b_pt else _up(absB + rb)
+        point = a_pt and b_pt
+        exact_center = point or (not rounded_inputs and (
+            self.matmul == "exact-center" or _narrow(ra, Ah, rb, Bh, c)))
+        absterm = 2 * K * (F_prod.smallest_subnormal + F_acc.smallest_subnormal)
+        if point:            # exact float64 centre; radius c·|A||B| (+ the centre's own error)
+            center = np.matmul(_as_f64(pa), _as_f64(pb))
+            rad = _gemm_upper(Ah, Bh, K, small, _up(c + g64, 2), absterm)
+        elif exact_center:   # centre = midpoints' product in float64
+            ma = _as_f64(pa) if a_pt else (alo + ahi) / 2
+            mb = _as_f64(pb) if b_pt else (blo + bhi) / 2
+            hra = 0.0 if a_pt else _up((ahi - alo) / 2)
+            hrb = 0.0 if b_pt else _up((bhi - blo) / 2)
             center = np.matmul(ma, mb)
-            L = _up(hra + (c + _gamma(K + 2, 2.0 ** -53)) * Ah, 3)
-            rad = _gemm_upper(L, Bh, K, small)
-            if not bp:
+            rad = _gemm_upper(_up(hra + (c + g64) * Ah, 3), Bh, K, small, 1.0, absterm)
+            if not b_pt:
                 rad = rad + _gemm_upper(np.abs(ma), hrb, K, small)
-        else:              # centre = the program's value: its own error counted once more
-            center = vout
-            rad = _gemm_upper(_up(2 * c * Ah + ra, 3), Bh, K, small)
-            if not bp or rounded_inputs:
-                rad = rad + _gemm_upper(np.abs(va), rb, K, small)
-        rad = _up(rad + 2 * absterm, 2)
-        lo, hi = _widen(center - rad, center + rad, 1)
-        if F_out is not None:
-            lo, hi = _to_output(self, lo, hi, F_acc, F_out)
+        else:                # centre = the program's value: its own error counted once more
+            center = concrete(v)
+            if np.asarray(center).dtype not in (np.float32, np.float64):
+                center = _as_f64(center)
+            if small and not a_pt and not rounded_inputs and \
+                    np.asarray(pa).dtype in (np.float32, np.float64):
+                L = _K.mm_left(pa, alo, ahi, 2 * c)            # one fused pass, float32 upper
+            else:
+                L = _up(2 * c * Ah + ra, 3)
+            rad = _gemm_upper(L, Bh, K, small, 1.0, absterm)
+            if not b_pt:
+                rad = rad + _gemm_upper(absA, rb, K, small)
+        # centre ± radius, widened for this float64 step, overflow of the accumulator mapped
+        top = F_acc.max if (F_out is not None and F_acc.has_inf and F_acc.name != "float64") \
+            else math.inf
+        lo, hi = _K.center_down(center, rad, top), _K.center_up(center, rad, top)
+        if F_out is not None and F_out.name != F_acc.name:
+            lo, hi = _round_bounds(lo, hi, F_out, self.accuracy("cast", F_out))
+        elif F_out is not None and not F_out.has_inf:
+            lo, hi = _overflow(lo, hi, F_out)
     return self.new(v, lo, hi, _matmul_unstable(au, bu, np.shape(lo)))
 
 

@@ -1,0 +1,1134 @@
+"""Soundness of ``fpx.interval``: the bounds must contain everything the program can produce.
+
+1. Property tests (hypothesis, derandomized): random expression DAGs over fpx.numpy / fpx.nn
+   ops, float64/float32/float16/bfloat16 and mixed, random and adversarial inputs
+   (cancellation, near-overflow, subnormals, signed zeros, ties at branch points, sin/cos near
+   multiples of pi/2, large |x|). Every node of the DAG is an output, and every element of
+   every node is checked against
+     (a) the exact real result (gmpy2/MPFR at 1200 bits on the exact inputs),
+     (b) the program's own NumPy value (``iv.value``, also checked bit-identical to an eager
+         run),
+     (c) re-executions in the program's precision in other summation orders (sequential,
+         reversed, pairwise, blocked/split-K with shuffled partials, random trees; products
+         rounded per the policy or fused; accumulation rounded in the policy's format, with
+         directed rounding where the policy allows 1 ulp per addition; correctly rounded
+         transcendentals and casts as alternative legal results; inputs perturbed inside
+         ``Interval`` inputs),
+     (d) for casts, the correctly rounded result from ``fpx.formats.round``.
+2. Regression tests for each flaw of the RENDER tool.
+3. Edge behaviour: division by intervals containing 0, matmul="render", the probabilistic
+   bound, Interval inputs, empty arrays, NaN/inf inputs, shape errors.
+
+A violation prints the DAG, the inputs and the offending element.
+"""
+from __future__ import annotations
+
+import collections
+import math
+import os
+from dataclasses import dataclass
+
+import gmpy2
+import ml_dtypes
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+import fpx
+import fpx.nn as fnn
+import fpx.numpy as fnp
+from fpx import formats as F
+from fpx.interval import Interval, run_interval
+from fpx.kernels.elementwise import two_sum
+from fpx.nn import _c as nn_const
+from fpx.policy import get_policy
+
+F64, F32, F16 = np.dtype(np.float64), np.dtype(np.float32), np.dtype(np.float16)
+BF16 = np.dtype(ml_dtypes.bfloat16)
+EXACT_PREC = 1200          # bits for the exact oracle
+FLT64_MAX = np.finfo(np.float64).max
+
+_SCALE = float(os.environ.get("FPX_INTERVAL_TEST_SCALE", "1"))   # more/fewer examples
+
+
+def _n(k):
+    return max(1, int(k * _SCALE))
+
+
+pytestmark = pytest.mark.filterwarnings("ignore::RuntimeWarning")
+
+SETTINGS = dict(deadline=None, derandomize=True, database=None, print_blob=False,
+                suppress_health_check=list(HealthCheck))
+
+
+def f64(x):
+    return np.asarray(x).astype(np.float64)
+
+
+def fmt(dt):
+    return F.get(np.dtype(dt))
+
+
+def _contains_fmt(big, small):
+    return big.p >= small.p and big.emin <= small.emin and big.emax >= small.emax
+
+
+# =============================================================================================
+# DAGs
+# =============================================================================================
+@dataclass(frozen=True)
+class Node:
+    op: str
+    args: tuple
+    params: tuple = ()          # sorted (name, value) pairs
+
+    @property
+    def kw(self):
+        return dict(self.params)
+
+    def __str__(self):
+        ps = "".join(f", {k}={getattr(v, 'name', v)!r}" if not isinstance(v, np.dtype)
+                     else f", {k}={v.name}" for k, v in self.params)
+        return f"{self.op}({', '.join(f'n{a}' for a in self.args)}{ps})"
+
+
+@dataclass
+class Case:
+    inputs: list                # program inputs: arrays or fpx.Interval
+    centers: list               # the arrays (Interval inputs: their value)
+    radii: list                 # None or (lo, hi) float64 of Interval inputs
+    nodes: list                 # Node; node k is value n_inputs + k
+    meta: list                  # per node: (out dtype, arg dtypes)
+    policy: str
+
+    @property
+    def n_in(self):
+        return len(self.inputs)
+
+    def describe(self):
+        lines = [f"policy={self.policy!r}"]
+        for i, x in enumerate(self.centers):
+            r = self.radii[i]
+            extra = "" if r is None else f" as Interval, lo={r[0].tolist()!r}, hi={r[1].tolist()!r}"
+            lines.append(f"n{i} = input {x.dtype.name}{list(x.shape)} "
+                         f"{f64(x).tolist()!r}{extra}")
+        for k, nd in enumerate(self.nodes):
+            lines.append(f"n{self.n_in + k} = {nd}    -> {self.meta[k][0].name}")
+        return "\n".join(lines)
+
+
+# -- the program (fpx.numpy / fpx.nn: eager NumPy, or traced by fpx.interval) ----------------
+PROGRAM_OPS = {
+    "add": lambda a, b: fnp.add(a, b),
+    "sub": lambda a, b: fnp.subtract(a, b),
+    "mul": lambda a, b: fnp.multiply(a, b),
+    "div": lambda a, b: fnp.divide(a, b),
+    "max": lambda a, b: fnp.maximum(a, b),
+    "min": lambda a, b: fnp.minimum(a, b),
+    "where": lambda a, b, c, d: fnp.where(fnp.greater(a, b), c, d),
+    "exp": fnp.exp, "log": fnp.log, "sqrt": fnp.sqrt, "tanh": fnp.tanh, "erf": fnp.erf,
+    "sin": fnp.sin, "cos": fnp.cos, "atan": fnp.arctan,
+    "abs": fnp.abs, "neg": fnp.negative, "square": fnp.square, "reciprocal": fnp.reciprocal,
+    "scale": lambda a, *, c: fnp.multiply(a, c),
+    "cast": lambda a, *, to: fnp.astype(a, to),
+    "T": lambda a: fnp.transpose(a),
+    "matmul": lambda a, b: fnp.matmul(a, b),
+    "sum": lambda a, *, axis: fnp.sum(a, axis=axis, keepdims=True),
+    "mean": lambda a, *, axis: fnp.mean(a, axis=axis, keepdims=True),
+    "cumsum": lambda a, *, axis: fnp.cumsum(a, axis=axis),
+    "softmax": lambda a, *, axis: fnn.softmax(a, axis=axis),
+    "layer_norm": lambda a, *, axis: fnn.layer_norm(a, axis=axis),
+}
+TRANSCENDENTAL = ("exp", "log", "tanh", "erf", "sin", "cos", "atan")
+ARITY = {"where": 4, "add": 2, "sub": 2, "mul": 2, "div": 2, "max": 2, "min": 2, "matmul": 2}
+
+
+def program_apply(node, args):
+    return PROGRAM_OPS[node.op](*args, **node.kw)
+
+
+def make_program(case):
+    def prog(*xs):
+        vals = list(xs)
+        for nd in case.nodes:
+            vals.append(program_apply(nd, [vals[i] for i in nd.args]))
+        return vals[case.n_in:]
+    return prog
+
+
+# -- the exact oracle (MPFR) -------------------------------------------------------------------
+_NAN = gmpy2.mpfr("nan")
+
+
+def _isnan(v):
+    return gmpy2.is_nan(v)
+
+
+def _emax(a, b):
+    return _NAN if _isnan(a) or _isnan(b) else (a if a >= b else b)
+
+
+def _emin(a, b):
+    return _NAN if _isnan(a) or _isnan(b) else (a if a <= b else b)
+
+
+def _ewhere(a, b, c, d):
+    return _NAN if _isnan(a) or _isnan(b) else (c if a > b else d)
+
+
+_U = {name: np.frompyfunc(f, 1, 1) for name, f in {
+    "exp": gmpy2.exp, "log": gmpy2.log, "sqrt": gmpy2.sqrt, "tanh": gmpy2.tanh,
+    "erf": gmpy2.erf, "sin": gmpy2.sin, "cos": gmpy2.cos, "atan": gmpy2.atan,
+    "abs": abs}.items()}
+_MAX, _MIN = np.frompyfunc(_emax, 2, 1), np.frompyfunc(_emin, 2, 1)
+_WHERE = np.frompyfunc(_ewhere, 4, 1)
+_TO_MPFR = np.frompyfunc(lambda v: gmpy2.mpfr(float(v)), 1, 1)
+
+
+def to_mpfr(x):
+    return _TO_MPFR(f64(x)).astype(object)
+
+
+def _count(shape, axis):
+    axes = range(len(shape)) if axis is None else (axis if isinstance(axis, tuple) else (axis,))
+    return int(np.prod([shape[a] for a in axes]))
+
+
+def exact_apply(node, args, meta):
+    op, kw = node.op, node.kw
+    out_dt, arg_dts = meta
+    if op in ("add", "sub", "mul", "div"):
+        a, b = args
+        return {"add": np.add, "sub": np.subtract, "mul": np.multiply,
+                "div": np.true_divide}[op](a, b)
+    if op == "max":
+        return _MAX(*args)
+    if op == "min":
+        return _MIN(*args)
+    if op == "where":
+        return _WHERE(*args)
+    if op in _U:
+        return _U[op](args[0])
+    a = args[0]
+    if op == "neg":
+        return -a
+    if op == "square":
+        return a * a
+    if op == "reciprocal":
+        return gmpy2.mpfr(1) / a
+    if op == "scale":     # NumPy converts the weak Python scalar to the result dtype
+        return a * gmpy2.mpfr(float(f64(np.asarray(kw["c"]).astype(out_dt))))
+    if op == "cast":
+        return a
+    if op == "T":
+        return a.T
+    if op == "matmul":
+        return np.matmul(a, args[1])
+    if op == "sum":
+        return np.sum(a, axis=kw["axis"], keepdims=True)
+    if op == "mean":
+        return np.sum(a, axis=kw["axis"], keepdims=True) / _count(a.shape, kw["axis"])
+    if op == "cumsum":
+        return np.cumsum(a, axis=kw["axis"])
+    if op == "softmax":
+        ax = kw["axis"]
+        e = _U["exp"](a - _MAX.reduce(a, axis=ax, keepdims=True))
+        return e / np.sum(e, axis=ax, keepdims=True)
+    if op == "layer_norm":
+        ax = kw["axis"] % 2
+        n = a.shape[ax]
+        eps = gmpy2.mpfr(float(f64(nn_const(1e-5, np.zeros((), arg_dts[0])))))
+        d = a - np.sum(a, axis=ax, keepdims=True) / n
+        v = np.sum(d * d, axis=ax, keepdims=True) / n
+        return d / _U["sqrt"](v + eps)
+    raise AssertionError(op)
+
+
+# -- other executions in the program's precision --------------------------------------------
+_GM = {"exp": gmpy2.exp, "log": gmpy2.log, "tanh": gmpy2.tanh, "erf": gmpy2.erf,
+       "sin": gmpy2.sin, "cos": gmpy2.cos, "atan": gmpy2.atan}
+
+
+def correctly_rounded(fname, x):
+    """f(x) correctly rounded (nearest-even) into x's format: MPFR in a context with the
+    format's precision and exponent range (subnormals included)."""
+    fm = fmt(x.dtype)
+    ctx = gmpy2.context(precision=fm.p, emin=fm.emin - fm.p + 2, emax=fm.emax + 1,
+                        subnormalize=True)
+    xs = f64(x)
+    out = np.empty(xs.shape, np.float64)
+    with ctx:
+        for idx, v in np.ndenumerate(xs):
+            out[idx] = float(_GM[fname](gmpy2.mpfr(float(v))))
+    return out.astype(x.dtype)
+
+
+class Alt:
+    """One execution of the DAG in the program's precision, in another order.
+
+    Elementwise arithmetic is NumPy's (as in the program) or, for transcendentals and casts,
+    the correctly rounded result; sums, means, cumsums, matmuls, softmax and layer_norm are
+    re-implemented: every addition is rounded into the policy's accumulation format (with a
+    directed rounding mode where the policy allows 1 ulp per addition), products are rounded
+    into the policy's compute format (or fused into the addition), matmul inputs are rounded
+    into the policy's input format (tf32), and terms are added in ``order``.
+    """
+
+    ORDERS = ("seq", "rev", "pairwise", "blocked", "tree")
+
+    def __init__(self, policy, order, rng, *, cr_transc=False, cr_cast=False, fused=False,
+                 directed="rn", stats=None):
+        self.policy = get_policy(policy)
+        self.order, self.rng = order, rng
+        self.cr_transc, self.cr_cast, self.fused, self.directed = cr_transc, cr_cast, fused, directed
+        self.stats = stats if stats is not None else collections.Counter()
+
+    def __repr__(self):
+        return (f"Alt(order={self.order}, cr_transc={self.cr_transc}, cr_cast={self.cr_cast}, "
+                f"fused={self.fused}, directed={self.directed})")
+
+    # -- rounding helpers
+    def mode_for(self, prim, F_acc):
+        acc = self.policy.accuracy(prim, F_acc)
+        if not acc.input_dependent and acc.ulps >= 1.0:
+            return self.directed
+        return "rn"
+
+    @staticmethod
+    def rnd(x, fm, mode="rn", residual=None):
+        x = np.asarray(x, np.float64)
+        if fm.name == "float64" and mode == "rn" and residual is None:
+            return x
+        return f64(F.round(x, fm, mode, residual=residual))
+
+    def add(self, a, b, F_acc, mode):
+        if F_acc.name == "float64" and mode == "rn":
+            return a + b
+        with np.errstate(all="ignore"):
+            s, e = two_sum(a, b)
+        return self.rnd(s, F_acc, mode, residual=e)
+
+    def reduce(self, terms, F_acc, mode, shape):
+        if not terms:
+            return np.zeros(shape)
+        add = lambda u, v: self.add(u, v, F_acc, mode)  # noqa: E731
+        order = self.order
+        if order in ("seq", "rev"):
+            ts = terms if order == "seq" else terms[::-1]
+            acc = ts[0]
+            for t in ts[1:]:
+                acc = add(acc, t)
+            return acc
+        if order == "pairwise":
+            def tree(ts):
+                if len(ts) == 1:
+                    return ts[0]
+                h = len(ts) // 2
+                return add(tree(ts[:h]), tree(ts[h:]))
+            return tree(list(terms))
+        if order == "blocked":      # split-K: sequential blocks, partials in shuffled order
+            b = int(self.rng.integers(1, len(terms) + 1))
+            parts = []
+            for i in range(0, len(terms), b):
+                acc = terms[i]
+                for t in terms[i + 1:i + b]:
+                    acc = add(acc, t)
+                parts.append(acc)
+            perm = self.rng.permutation(len(parts))
+            acc = parts[perm[0]]
+            for j in perm[1:]:
+                acc = add(acc, parts[j])
+            return acc
+        if order == "tree":         # random binary tree (atomics, arbitrary schedules)
+            ts = list(terms)
+            while len(ts) > 1:
+                i, j = sorted(self.rng.choice(len(ts), 2, replace=False))
+                v = add(ts[i], ts[j])
+                del ts[j]
+                ts[i] = v
+            return ts[0]
+        raise AssertionError(order)
+
+    # -- ops
+    def cast(self, x, to):
+        to = np.dtype(to)
+        if x.dtype == to:
+            return x
+        if self.cr_cast:
+            return F.round(f64(x), fmt(to)).astype(to)
+        return x.astype(to)
+
+    def sum(self, a, axis, out_dt, prim="reduce_sum", keepdims=True):
+        out_dt = np.dtype(out_dt)
+        F_out = fmt(out_dt)
+        x = f64(a.astype(out_dt))
+        F_acc = self.policy.resolve(prim, out_dt).accumulate
+        if not _contains_fmt(F_acc, F_out):
+            x = self.rnd(x, F_acc)
+        mode = self.mode_for(prim, F_acc)
+        nd = x.ndim
+        axes = tuple(range(nd)) if axis is None else tuple(
+            ax % nd for ax in (axis if isinstance(axis, tuple) else (axis,)))
+        keep = [i for i in range(nd) if i not in axes]
+        y = np.transpose(x, keep + list(axes)).reshape([x.shape[i] for i in keep] + [-1])
+        terms = [y[..., j] for j in range(y.shape[-1])]
+        s = self.reduce(terms, F_acc, mode, y.shape[:-1])
+        if keepdims:
+            s = np.reshape(s, [1 if i in axes else x.shape[i] for i in range(nd)])
+        if F_acc.name != F_out.name:
+            s = self.rnd(s, F_out)
+        return np.asarray(s).astype(out_dt)
+
+    def mean(self, a, axis):
+        """numpy._methods._mean: float16 sums in float32; divide by intp n; cast back."""
+        dt = a.dtype
+        sdt = F32 if dt == F16 else dt
+        s = self.sum(a, axis, sdt)
+        with np.errstate(all="ignore"):
+            q = np.true_divide(s, np.intp(_count(a.shape, axis)))
+        q = self.cast(q, s.dtype)
+        return self.cast(q, dt)
+
+    def cumsum(self, a, axis):
+        dt = a.dtype
+        F_out = fmt(dt)
+        F_acc = self.policy.resolve("cumsum", dt).accumulate
+        mode = self.mode_for("cumsum", F_acc)
+        x = np.moveaxis(f64(a), axis, -1)
+        terms = [x[..., j] for j in range(x.shape[-1])]
+        if self.order == "seq":
+            outs, acc = [], None
+            for t in terms:
+                acc = t if acc is None else self.add(acc, t, F_acc, mode)
+                outs.append(acc)
+        else:
+            outs = [self.reduce(terms[:k + 1], F_acc, mode, x.shape[:-1])
+                    for k in range(len(terms))]
+        s = np.stack(outs, -1) if outs else x.copy()
+        if F_acc.name != F_out.name:
+            s = self.rnd(s, F_out)
+        return np.moveaxis(s, -1, axis).astype(dt)
+
+    def matmul(self, a, b, out_dt):
+        in_dt = np.result_type(a.dtype, b.dtype)
+        prec = self.policy.resolve("matmul", in_dt)
+        F_in, F_prod, F_acc = prec.input, prec.compute, prec.accumulate
+        F_out = fmt(out_dt)
+        A, B = f64(a.astype(in_dt)), f64(b.astype(in_dt))
+        if not _contains_fmt(F_in, fmt(in_dt)):           # e.g. float32 -> tf32
+            cast_acc = self.policy.accuracy("cast", F_in)
+            m = self.directed if cast_acc.ulps >= 1 and self.directed in ("rz", "rn") else "rn"
+            A, B = self.rnd(A, F_in, m), self.rnd(B, F_in, m)
+        with np.errstate(all="ignore"):
+            P = A[:, :, None] * B[None, :, :]                # exact when F_in.p <= 26
+        overflow = np.zeros((A.shape[0], B.shape[1]), bool)
+        exact_prod = 2 * F_in.p <= 53
+        fused = self.fused and exact_prod
+        if not fused and 2 * F_in.p > F_prod.p and F_prod.name != "float64":
+            Pr = self.rnd(P, F_prod)
+            overflow = np.any(np.isinf(Pr) & np.isfinite(P), axis=1)
+            P = Pr
+        mode = self.mode_for("matmul", F_acc)
+        terms = [P[:, j, :] for j in range(P.shape[1])]
+        s = self.reduce(terms, F_acc, mode, overflow.shape)
+        if F_acc.name != F_out.name:
+            s = self.rnd(s, F_out)
+        if np.any(overflow):   # a product overflowed the emulated compute format: not NumPy's
+            self.stats["alt_skip_product_overflow"] += int(overflow.sum())
+            s = np.where(overflow, np.nan, s)
+        return np.asarray(s).astype(out_dt)
+
+    def apply(self, node, args, meta):
+        op, kw = node.op, node.kw
+        out_dt = meta[0]
+        with np.errstate(all="ignore"):
+            if op in TRANSCENDENTAL and self.cr_transc:
+                return correctly_rounded(op, args[0])
+            if op == "cast":
+                return self.cast(args[0], kw["to"])
+            if op == "matmul":
+                return self.matmul(args[0], args[1], out_dt)
+            if op == "sum":
+                return self.sum(args[0], kw["axis"], out_dt)
+            if op == "mean":
+                return self.mean(args[0], kw["axis"])
+            if op == "cumsum":
+                return self.cumsum(args[0], kw["axis"])
+            if op == "softmax":
+                x, ax = args[0], kw["axis"]
+                m = np.max(x, axis=ax, keepdims=True)
+                d = np.subtract(x, m)
+                e = correctly_rounded("exp", d) if self.cr_transc else fnp.exp(d)
+                return np.divide(e, self.sum(e, ax, e.dtype))
+            if op == "layer_norm":
+                x, ax = args[0], (kw["axis"] % 2,)
+                d = np.subtract(x, self.mean(x, ax))
+                v = self.mean(np.multiply(d, d), ax)
+                return np.divide(d, np.sqrt(np.add(v, nn_const(1e-5, x))))
+            return program_apply(node, args)
+
+
+def run_dag(case, inputs, apply):
+    vals = list(inputs)
+    for k, nd in enumerate(case.nodes):
+        vals.append(apply(nd, [vals[i] for i in nd.args], case.meta[k]))
+    return vals[case.n_in:]
+
+
+def exact_values(case):
+    with gmpy2.context(gmpy2.get_context(), precision=EXACT_PREC), np.errstate(all="ignore"):
+        return run_dag(case, [to_mpfr(x) for x in case.centers], exact_apply)
+
+
+# =============================================================================================
+# Inputs
+# =============================================================================================
+INPUT_MODES = ("normal", "normal", "wide", "subnormal", "overflow", "special", "trig",
+               "cancel", "cancel", "tie", "large")
+
+
+def gen_values(rng, mode, shape, dt, prev):
+    fm = fmt(dt)
+    size = int(np.prod(shape))
+    sign = rng.choice([-1.0, 1.0], size)
+    top = math.log2(fm.max)
+    if mode == "wide":
+        v = sign * np.exp2(rng.uniform(fm.emin, top, size))
+    elif mode == "subnormal":
+        v = sign * rng.integers(0, 2 ** (fm.p - 1), size) * fm.smallest_subnormal
+        v = np.where(rng.random(size) < 0.3, sign * fm.tiny * rng.uniform(1, 4, size), v)
+    elif mode == "overflow":
+        v = sign * fm.max * rng.uniform(0.25, 1.0, size)
+    elif mode == "special":
+        v = rng.choice([0.0, -0.0, 1.0, -1.0, 0.5, 2.0, fm.smallest_subnormal,
+                        -fm.smallest_subnormal, fm.tiny, fm.max, -fm.max], size)
+    elif mode == "trig":
+        k = rng.choice([0, 1, 2, 3, -1, -2, 5, 101, 2 ** 10], size).astype(np.float64)
+        base = k * (np.pi / 2)
+        v = base + rng.integers(-4, 5, size) * f64(F.ulp(base, fm))
+    elif mode == "large":
+        v = sign * 10.0 ** rng.uniform(3, min(30.0, math.log10(fm.max) - 0.5), size)
+    elif mode in ("cancel", "tie") and prev:
+        base = np.resize(f64(prev[int(rng.integers(len(prev)))]).ravel(), size)
+        if mode == "tie":
+            v = base
+        else:
+            eps = rng.choice([2.0 ** -fm.p, -(2.0 ** -fm.p), 2.0 ** (1 - fm.p), 2.0 ** -20, 1e-3,
+                              0.0], size)
+            v = base * (1 + eps) + rng.integers(-2, 3, size) * f64(F.ulp(base, fm))
+    else:
+        v = rng.standard_normal(size) * 10.0 ** rng.uniform(-2, 2)
+    if mode not in ("special",) and rng.random() < 0.3:   # sprinkle special values
+        m = rng.random(size) < 0.2
+        v = np.where(m, rng.choice([0.0, -0.0, 1.0, fm.smallest_subnormal, -fm.max], size), v)
+    v = np.clip(np.nan_to_num(v), -fm.max, fm.max)
+    x = v.astype(dt).reshape(shape)
+    return np.where(np.isfinite(f64(x)), x, np.zeros((), dt)).astype(dt)
+
+
+def interval_input(rng, x, r_ulps):
+    """An Interval of +-r ulps around x, and a sampler of points of x's format inside it."""
+    fm = fmt(x.dtype)
+    c = f64(x)
+    u = f64(F.ulp(c, fm))
+    lo, hi = np.maximum(c - r_ulps * u, -fm.max), np.minimum(c + r_ulps * u, fm.max)
+    lo, hi = np.minimum(lo, c), np.maximum(hi, c)
+
+    def sample(rng):
+        p = f64(F.round(c + rng.integers(-r_ulps, r_ulps + 1, c.shape) * u, fm))
+        p = np.where((p >= lo) & (p <= hi), p, c)
+        return p.astype(x.dtype)
+    return Interval(lo, hi, x), (lo, hi), sample
+
+
+# =============================================================================================
+# Case generation (hypothesis)
+# =============================================================================================
+ALL_OPS = ("add", "sub", "mul", "div", "max", "min", "where", "exp", "log", "sqrt", "tanh",
+           "erf", "sin", "cos", "atan", "abs", "neg", "square", "reciprocal", "scale", "cast",
+           "cast", "matmul", "matmul", "sum", "sum", "mean", "cumsum", "softmax", "layer_norm",
+           "T")
+RATIONAL_OPS = tuple(o for o in ALL_OPS if o not in TRANSCENDENTAL + ("softmax",))
+UNIFORM = [(F64,), (F32,), (F16,), (BF16,)]
+MIXED = [(F16, F32), (BF16, F32), (F32, F64), (F16, F64), (BF16, F64)]
+CONSTANTS = (0.5, 3.0, -2.5, 0.1, 1000.0)
+
+
+def _eager(nd, args):
+    with np.errstate(all="ignore"):
+        return program_apply(nd, args)
+
+
+def draw_case(data, *, ops, dtype_sets, policy, sizes=(1, 2, 3, 4, 5), max_nodes=8,
+              interval_inputs=True):
+    n = data.draw(st.sampled_from(sizes), label="n")
+    dts = data.draw(st.sampled_from(dtype_sets), label="dtypes")
+    seed = data.draw(st.integers(0, 2 ** 32 - 1), label="seed")
+    rng = np.random.default_rng(seed)
+    n_in = data.draw(st.integers(1, 3), label="n_inputs")
+    centers = []
+    for i in range(n_in):
+        dt = dts[int(rng.integers(len(dts)))]
+        shape = [(n, n), (n, n), (1, n), (n, 1)][int(rng.integers(4))]
+        mode = data.draw(st.sampled_from(INPUT_MODES), label=f"mode{i}")
+        centers.append(gen_values(rng, mode, shape, dt, centers))
+    inputs, radii, samplers = [], [], []
+    for x in centers:
+        if interval_inputs and rng.random() < 0.2:
+            iv, r, smp = interval_input(rng, x, int(rng.choice([1, 3, 100])))
+            inputs.append(iv)
+            radii.append(r)
+            samplers.append(smp)
+        else:
+            inputs.append(x)
+            radii.append(None)
+            samplers.append(None)
+    vals = list(centers)
+    nodes, meta = [], []
+
+    def push(nd):
+        args = [vals[i] for i in nd.args]
+        out = _eager(nd, args)
+        nodes.append(nd)
+        meta.append((out.dtype, tuple(a.dtype for a in args)))
+        vals.append(out)
+        return len(vals) - 1
+
+    n_nodes = data.draw(st.integers(1, max_nodes), label="n_nodes")
+    for _ in range(n_nodes):
+        op = data.draw(st.sampled_from(ops), label="op")
+        hi = len(vals) - 1
+        a = data.draw(st.integers(0, hi), label="arg")
+        if op == "matmul":
+            cands = [j for j in range(len(vals)) if vals[j].shape[0] == vals[a].shape[1]]
+            if not cands:
+                cands = [push(Node("T", (a,)))]
+            b = cands[data.draw(st.integers(0, len(cands) - 1), label="arg")]
+            push(Node("matmul", (a, b)))
+            continue
+        if op in ARITY:
+            args = [a] + [data.draw(st.integers(0, hi), label="arg") for _ in range(ARITY[op] - 1)]
+            nd = Node(op, tuple(args))
+            try:
+                push(nd)
+            except (TypeError, ValueError):   # e.g. bfloat16 with float16: no common dtype
+                args = [push(Node("cast", (j,), (("to", vals[a].dtype),))) if j != a else j
+                        for j in args]
+                push(Node(op, tuple(args)))
+            continue
+        if op in ("sqrt", "log") and data.draw(st.booleans(), label="abs first"):
+            a = push(Node("abs", (a,)))
+        params = ()
+        if op == "scale":
+            params = (("c", data.draw(st.sampled_from(CONSTANTS), label="c")),)
+        elif op == "cast":
+            src = vals[a].dtype
+            choices = {F64: [F32, F16, BF16], F32: [F16, BF16, F64], F16: [F32, F64],
+                       BF16: [F32, F64]}[src]
+            params = (("to", data.draw(st.sampled_from(choices), label="to")),)
+        elif op == "sum":
+            params = (("axis", data.draw(st.sampled_from([0, 1, None]), label="axis")),)
+        elif op in ("mean", "cumsum", "softmax", "layer_norm"):
+            params = (("axis", data.draw(st.sampled_from([0, 1]), label="axis")),)
+        push(Node(op, (a,), params))
+    case = Case(inputs, centers, radii, nodes, meta, policy)
+    return case, samplers, rng
+
+
+# =============================================================================================
+# Checking
+# =============================================================================================
+class Violations(AssertionError):
+    pass
+
+
+def _fmt_el(x):
+    if isinstance(x, gmpy2.mpfr):
+        return x.__format__(".25g") if not gmpy2.is_nan(x) else "nan"
+    return repr(float(x))
+
+
+def check_case(case, samplers, rng, stats, alt_configs):
+    """Run fpx.interval on the case and check (a)-(d) for every element of every node."""
+    prog = make_program(case)
+    with np.errstate(all="ignore"):
+        eager = prog(*case.centers)
+        ivs = fpx.interval(prog, policy=case.policy)(*case.inputs)
+    assert isinstance(ivs, list) and len(ivs) == len(case.nodes)
+    exact = exact_values(case)
+    alts = []
+    for cfg in alt_configs:
+        alt = Alt(case.policy, rng=rng, stats=stats, **cfg)
+        ins = [s(rng) if s is not None else x for s, x in zip(samplers, case.centers)]
+        with np.errstate(all="ignore"):
+            alts.append((alt, ins, run_dag(case, ins, alt.apply)))
+    bad = []
+    stats["cases"] += 1
+    for k, nd in enumerate(case.nodes):
+        iv = ivs[k]
+        node_id = case.n_in + k
+        lo, hi = np.asarray(iv.lo), np.asarray(iv.hi)
+        v = np.asarray(iv.value)
+        stats["nodes"] += 1
+        # (b) the program's own value, and it is the eager program's value bit for bit
+        assert v.dtype == eager[k].dtype and v.shape == eager[k].shape == lo.shape == hi.shape, \
+            f"n{node_id} = {nd}: value {v.dtype}{v.shape} vs eager {eager[k].dtype}" \
+            f"{eager[k].shape}, bounds {lo.shape}"
+        v64 = f64(v)
+        assert np.array_equal(v64, f64(eager[k]), equal_nan=True), \
+            f"n{node_id} = {nd}: interval's value differs from the eager program"
+        stats["elements"] += v.size
+        ok = np.isnan(v64) | ((lo <= v64) & (v64 <= hi))
+        stats["value_checked"] += int((~np.isnan(v64)).sum())
+        for idx in zip(*np.nonzero(~ok)):
+            bad.append(("program value", node_id, idx, lo[idx], hi[idx], v64[idx], ""))
+        # (a) exact
+        ex = np.broadcast_to(exact[k], v.shape)
+        for idx in np.ndindex(v.shape):
+            e = ex[idx]
+            if gmpy2.is_nan(e) or gmpy2.is_infinite(e):
+                stats["exact_skip_undefined"] += 1
+            elif np.isnan(v64[idx]):
+                stats["exact_skip_program_nan"] += 1
+            elif abs(e) > FLT64_MAX:
+                stats["exact_skip_beyond_float64"] += 1
+            else:
+                stats["exact_checked"] += 1
+                if not (gmpy2.mpfr(float(lo[idx])) <= e <= gmpy2.mpfr(float(hi[idx]))):
+                    bad.append(("exact", node_id, idx, lo[idx], hi[idx], e, ""))
+        # (c) other executions
+        for alt, ins, res in alts:
+            y = f64(res[k])
+            assert y.shape == v.shape, (nd, y.shape, v.shape)
+            nan = np.isnan(y)
+            stats["alt_checked"] += int((~nan).sum())
+            stats["alt_skip_nan"] += int(nan.sum())
+            ok = nan | ((lo <= y) & (y <= hi))
+            for idx in zip(*np.nonzero(~ok)):
+                bad.append(("other execution", node_id, idx, lo[idx], hi[idx], y[idx],
+                            f"{alt!r}, inputs {[f64(i).tolist() for i in ins]}"))
+        # (d) casts: the correctly rounded result of the program's input
+        if nd.op == "cast":
+            src = f64(eager[nd.args[0] - case.n_in]) if nd.args[0] >= case.n_in \
+                else f64(case.centers[nd.args[0]])
+            cr = f64(F.round(src, fmt(nd.kw["to"])))
+            ok = np.isnan(cr) | ((lo <= cr) & (cr <= hi))
+            stats["cast_checked"] += int((~np.isnan(cr)).sum())
+            for idx in zip(*np.nonzero(~ok)):
+                bad.append(("correctly rounded cast", node_id, idx, lo[idx], hi[idx], cr[idx], ""))
+    if bad:
+        stats["violations"] += len(bad)
+        msg = [f"{len(bad)} soundness violation(s) of fpx.interval", case.describe(), ""]
+        for kind, node_id, idx, l, h, y, extra in bad[:12]:
+            msg.append(f"  {kind} outside the bound at n{node_id}{list(map(int, idx))}: "
+                       f"{_fmt_el(y)} not in [{l!r}, {h!r}] {extra}")
+        raise Violations("\n".join(msg))
+
+
+def alt_configs_for(rng, policy, n=5):
+    """A spread of executions: every order once, random flags."""
+    out = []
+    for order in Alt.ORDERS[:n]:
+        out.append(dict(order=order, cr_transc=bool(rng.random() < 0.5),
+                        cr_cast=bool(rng.random() < 0.5), fused=bool(rng.random() < 0.3),
+                        directed=str(rng.choice(["rn", "rz", "ru", "rd"]))))
+    return out
+
+
+def _report(name, stats):
+    keys = sorted(stats)
+    print(f"\n[{name}] " + ", ".join(f"{k}={stats[k]}" for k in keys))
+
+
+def _assert_coverage(stats, min_cases, min_elements):
+    assert stats["violations"] == 0
+    assert stats["cases"] >= min_cases, stats
+    assert stats["exact_checked"] >= min_elements, stats
+    assert stats["alt_checked"] >= 3 * min_elements, stats
+    skipped = (stats["exact_skip_undefined"] + stats["exact_skip_program_nan"]
+               + stats["exact_skip_beyond_float64"])
+    # skips must stay rare
+    assert skipped <= 0.25 * (stats["exact_checked"] + skipped), stats
+
+
+# =============================================================================================
+# 1. Property tests
+# =============================================================================================
+@pytest.mark.slow
+def test_random_dags_numpy_policy():
+    """Random DAGs over every op, all dtypes (uniform and mixed), NumPy executes the program,
+    policy "numpy"; checks (a)-(d) on every element of every node."""
+    stats = collections.Counter()
+
+    @settings(max_examples=_n(600), **SETTINGS)
+    @given(st.data())
+    def run(data):
+        case, samplers, rng = draw_case(data, ops=ALL_OPS, dtype_sets=UNIFORM * 2 + MIXED,
+                                        policy="numpy")
+        check_case(case, samplers, rng, stats, alt_configs_for(rng, "numpy"))
+
+    run()
+    _report("numpy policy", stats)
+    _assert_coverage(stats, _n(600), _n(10000))
+
+
+@pytest.mark.parametrize("policy", ["tf32", "cuda", "ieee"])
+def test_random_dags_emulated_policies(policy):
+    """Correctly rounded elementwise ops (NumPy's +-*/ sqrt casts are correctly rounded, so the
+    program's value is an execution of every policy) with matmuls/sums executed as the policy
+    says: "tf32": inputs rounded to tf32 (nearest or truncated), float32 accumulation with any
+    directed rounding (1 ulp per addition); "cuda": float32 accumulation for half-precision
+    sums; "ieee": accumulation in the program's dtypes."""
+    stats = collections.Counter()
+
+    @settings(max_examples=_n(120), **SETTINGS)
+    @given(st.data())
+    def run(data):
+        case, samplers, rng = draw_case(data, ops=RATIONAL_OPS,
+                                        dtype_sets=[(F32,), (F32,), (F16,), (BF16,), (F16, F32),
+                                                    (F64,)],
+                                        policy=policy, sizes=(1, 2, 3, 4, 6, 8))
+        check_case(case, samplers, rng, stats, alt_configs_for(rng, policy))
+
+    run()
+    _report(policy, stats)
+    _assert_coverage(stats, _n(120), _n(1500))
+
+
+LONG_OPS = ("sum", "mean", "cumsum", "matmul", "softmax", "layer_norm", "add", "mul", "cast")
+
+
+def test_long_reductions():
+    """Few ops, long reductions (K up to 400): the gamma_K bound against sequential (float16
+    accumulation stagnates), reversed, pairwise, blocked and random-tree executions."""
+    stats = collections.Counter()
+
+    @settings(max_examples=_n(60), **SETTINGS)
+    @given(st.data())
+    def run(data):
+        case, samplers, rng = draw_case(data, ops=LONG_OPS, dtype_sets=UNIFORM + MIXED[:2],
+                                        policy="numpy", sizes=(17, 64, 400), max_nodes=3,
+                                        interval_inputs=False)
+        check_case(case, samplers, rng, stats, alt_configs_for(rng, "numpy"))
+
+    run()
+    _report("long reductions", stats)
+    assert stats["violations"] == 0 and stats["alt_checked"] > _n(10000), stats
+
+
+def test_correctly_rounded_oracle_matches_formats_round():
+    """Self-check of the test's own oracle: MPFR in a format context == fpx.formats.round of
+    a 1200-bit value (double rounding excluded by the residual)."""
+    rng = np.random.default_rng(1)
+    for dt in (F32, F16, BF16, F64):
+        x = gen_values(rng, "normal", (200,), dt, [])
+        y = correctly_rounded("exp", x)
+        with gmpy2.context(gmpy2.get_context(), precision=EXACT_PREC):
+            hi_ = np.array([float(gmpy2.exp(gmpy2.mpfr(float(v)))) for v in f64(x)])
+            res = np.array([float(gmpy2.exp(gmpy2.mpfr(float(v))) - gmpy2.mpfr(float(h)))
+                            if math.isfinite(h) else 0.0 for v, h in zip(f64(x), hi_)])
+        ref = F.round(hi_, fmt(dt), residual=res)
+        assert np.array_equal(f64(y), f64(ref), equal_nan=True), dt
+
+
+# =============================================================================================
+# 2. Regression tests: one per RENDER flaw
+# =============================================================================================
+def _iv(f, *args, **kw):
+    with np.errstate(all="ignore"):
+        return fpx.interval(f, **kw)(*args)
+
+
+def test_render_flaw_precision_from_result_format_not_operands():
+    # float32 operands, result stored in float16: the rounding is float16's
+    x = np.array([1 + 2.0 ** -20, 3.0e-5, 70000.0, 65519.0], np.float32)
+    iv = _iv(lambda a: fnp.astype(a, np.float16), x)
+    y = x.astype(np.float16)
+    assert np.all(iv.contains(y)) and np.all(iv.contains(f64(x)))
+    assert iv.contains(1.0)[0] and not (iv.lo[0] > 1.0)      # operand precision would miss 1.0
+    assert iv.hi[2] == np.inf                                  # 70000 overflows float16
+    # float32 * float32 whose product is stored in float16 (cast right after)
+    a = np.array([1 + 2.0 ** -12], np.float32)
+    iv = _iv(lambda a: fnp.astype(fnp.multiply(a, a), np.float16), a)
+    assert iv.contains(np.float16(f64(a * a)[0]))[0] and iv.contains(f64(a)[0] ** 2)[0]
+    assert iv.hi[0] - iv.lo[0] >= 2.0 ** -11
+    # float16 matmul: float32 accumulation, result stored in float16 (numpy policy)
+    A = np.array([[1.0, 2.0 ** -11]], np.float16)
+    B = np.array([[1.0], [1.0]], np.float16)
+    iv = _iv(fnp.matmul, A, B)
+    assert iv.value.dtype == np.float16 and iv.value[0, 0] == 1.0   # 1 + 2^-11 ties to 1
+    assert iv.contains(1.0)[0, 0] and iv.contains(1 + 2.0 ** -11)[0, 0]
+    assert iv.hi[0, 0] - iv.lo[0, 0] >= 2.0 ** -11                  # float16's, not float32's
+    # ... and a policy whose matmul output is float32: that result is representable
+    A32 = A.astype(np.float32)
+    iv = _iv(fnp.matmul, A32, B.astype(np.float32))
+    assert iv.contains(1 + 2.0 ** -11)[0, 0] and iv.hi[0, 0] - iv.lo[0, 0] < 2.0 ** -18
+
+
+def test_render_flaw_accumulator_added_after_dot_bound():
+    # numpy d + a @ b: the matmul rounds, then the addition rounds again
+    a = np.array([[2.0 ** -11, 2.0 ** -24]], np.float16)
+    b = np.array([[1.0], [1.0]], np.float16)
+    d = np.array([[1.0]], np.float16)
+    iv = _iv(lambda d, a, b: fnp.add(d, fnp.matmul(a, b)), d, a, b)
+    exact = 1 + 2.0 ** -11 + 2.0 ** -24
+    assert iv.value[0, 0] == 1.0 and iv.contains(1.0)[0, 0] and iv.contains(exact)[0, 0]
+    # the two roundings of a sequential float16 execution: fl(fl(a@b) + d)
+    ab = np.float16(2.0 ** -11 + 2.0 ** -24)
+    assert iv.contains(f64(np.float16(1.0) + ab))[0, 0]
+    # fpx.numpy.fma: one rounding, in the result format (float16 and float32)
+    for dt, small in ((np.float16, 2.0 ** -11), (np.float32, 2.0 ** -24)):
+        x, y, z = np.array([1.0], dt), np.array([small], dt), np.array([1.0], dt)
+        iv = _iv(fnp.fma, x, y, z)
+        assert iv.value[0] == 1.0 and iv.contains(1.0)[0] and iv.contains(1 + small)[0]
+        z2 = np.array([-1.0], dt)
+        iv = _iv(fnp.fma, np.array([1 + 4 * small], dt), np.array([1 + 4 * small], dt), z2)
+        ex = (1 + 4 * small) ** 2 - 1
+        assert iv.contains(ex)[0] and iv.contains(f64(iv.value))[0]
+
+
+_TOY = "toy_interval_test_op"
+
+
+def _toy_primitive():
+    from fpx.core import PRIMITIVES, Primitive
+    return PRIMITIVES.get(_TOY) or Primitive(_TOY, lambda B: (lambda x: B.xp.multiply(x, 3.0)),
+                                             kind="elementwise")
+
+
+def test_render_flaw_unknown_ops_are_not_exact():
+    toy = _toy_primitive()
+    x = np.array([1.0, 2.0], np.float32)
+    assert np.array_equal(toy.bind(x), x * 3)                   # it runs eagerly
+    with pytest.raises(fpx.UnsupportedOpError, match=_TOY):
+        fpx.interval(lambda x: toy.bind(fnp.add(x, x)))(x)
+    with pytest.raises(fpx.UnsupportedOpError):
+        fpx.interval(lambda x: toy.bind(x))(fpx.Interval.around(x, 1e-3))
+
+
+def test_render_flaw_endpoint_only_sin_cos():
+    for dt in (np.float64, np.float32, np.float16):
+        x = Interval(np.array([1.5]), np.array([1.7]), np.array([1.6], dt))   # contains pi/2
+        iv = _iv(fnp.sin, x)
+        assert iv.hi[0] >= 1.0 and iv.hi[0] < 1.0 + 0.01
+        assert max(np.sin(1.5), np.sin(1.7)) < 0.998     # an endpoint-only bound would miss 1
+        iv = _iv(fnp.cos, Interval(np.array([-0.1]), np.array([0.2]), np.array([0.0], dt)))
+        assert iv.hi[0] >= 1.0
+        iv = _iv(fnp.cos, Interval(np.array([3.0]), np.array([3.3]), np.array([3.1], dt)))
+        assert iv.lo[0] <= -1.0                                   # contains pi
+        iv = _iv(fnp.sin, Interval(np.array([-2.0]), np.array([5.0]), np.array([0.0], dt)))
+        assert iv.lo[0] <= -1.0 and iv.hi[0] >= 1.0
+    # points: sin/cos near multiples of pi/2 in float32
+    k = np.arange(-8, 9)
+    x = (k * np.float32(np.pi / 2)).astype(np.float32)
+    for f, g in ((fnp.sin, gmpy2.sin), (fnp.cos, gmpy2.cos)):
+        iv = _iv(f, x)
+        with gmpy2.context(gmpy2.get_context(), precision=200):
+            ex = [g(gmpy2.mpfr(float(v))) for v in f64(x)]
+        assert all(gmpy2.mpfr(float(l)) <= e <= gmpy2.mpfr(float(h))
+                   for l, e, h in zip(iv.lo, ex, iv.hi))
+
+
+def test_render_flaw_cumsum_without_rounding_term():
+    x = np.full(3000, 0.1, np.float16)
+    iv = _iv(lambda a: fnp.cumsum(a), x)
+    # the sequential float16 execution (each addition rounded to float16) stagnates
+    seq = np.empty(x.size, np.float16)
+    s = np.float16(0)
+    for i, t in enumerate(x):
+        s = np.float16(s + t)
+        seq[i] = s
+    exact = np.cumsum(f64(x))
+    assert abs(f64(seq[-1]) - exact[-1]) > 40            # a large round-off error to cover
+    assert np.all(iv.contains(seq)) and np.all(iv.contains(exact)) and np.all(iv.contains(iv.value))
+    # the same under the float32-accumulating "cuda" policy: the float16 output rounding counts
+    y = np.array([1.0, 2.0 ** -11, 2.0 ** -11, 2.0 ** -12], np.float16)
+    for pol in ("numpy", "cuda", "ieee"):
+        iv = _iv(lambda a: fnp.cumsum(a), y, policy=pol)
+        acc32 = np.cumsum(y.astype(np.float32)).astype(np.float16)
+        assert np.all(iv.contains(acc32)) and np.all(iv.contains(np.cumsum(f64(y)))), pol
+        assert np.all(iv.contains(iv.value)), pol
+
+
+def test_render_flaw_relative_only_widening_at_zero():
+    x = np.array([1e-30, 1e-20, 1e-23, -1e-25], np.float32)
+    iv = _iv(lambda a: fnp.multiply(a, a), x)
+    y = x * x                                             # 0, subnormal, subnormal, 0
+    assert y[0] == 0 and 0 < y[1] < np.finfo(np.float32).tiny
+    assert np.all(iv.contains(y)) and np.all(iv.contains(f64(x) ** 2))
+    assert iv.contains(0.0)[0] and np.all(iv.hi > iv.lo)
+    # a product of two exact zeros still gets no width, but a rounding to 0 does
+    for dt in (np.float16, BF16, np.float64):
+        x = np.array([f64(np.finfo(np.float16).smallest_subnormal) if dt == np.float16 else 1e-200,
+                      0.0]).astype(dt)
+        iv = _iv(lambda a: fnp.multiply(a, a), x)
+        assert np.all(iv.contains(f64(x) ** 2)) and np.all(iv.contains(iv.value))
+        assert iv.hi[0] > 0 and iv.lo[0] <= 0
+
+
+def _sign_flip_inputs():
+    # x = ((a + b) - a) - c is computed > 0 in float32 but is < 0 exactly
+    a = np.float32(1.0)
+    b = np.float32(3 * 2.0 ** -25)
+    c = np.float32(0.9 * 2.0 ** -23)
+    exact = 3 * 2.0 ** -25 - float(c)
+    assert exact < 0
+    return np.array([a]), np.array([b]), np.array([c])
+
+
+def _branchy(a, b, c):
+    x = fnp.subtract(fnp.subtract(fnp.add(a, b), a), c)
+    return fnp.where(fnp.greater(x, 0), np.float32(1.0), np.float32(-1.0))
+
+
+def test_render_flaw_following_the_concrete_branch():
+    a, b, c = _sign_flip_inputs()
+    interp, out = run_interval(_branchy, (a, b, c), {})
+    assert out.value[0] == 1.0                      # the program took the "x > 0" branch
+    assert out.contains(-1.0)[0] and out.contains(1.0)[0]   # hull of both branches
+    assert out.unstable is not None and out.unstable[0]
+    # RENDER's semantics follow the observed branch: shown unsound on this case
+    concrete_ = _iv(_branchy, a, b, c, branches="concrete")
+    assert concrete_.contains(1.0)[0] and not concrete_.contains(-1.0)[0]
+    # where(x > 0, a, b) on an interval straddling 0 hulls; a decided one does not
+    x = Interval(np.array([-1e-3, 0.5]), np.array([1e-3, 1.0]), np.array([1e-4, 0.7]))
+    iv = _iv(lambda x: fnp.where(fnp.greater(x, 0), fnp.add(x, 10.0), fnp.subtract(x, 10.0)), x)
+    assert iv.lo[0] <= -10.001 and iv.hi[0] >= 10.001 and iv.unstable[0]
+    assert iv.lo[1] >= 10.0 and not iv.unstable[1]
+    # max(x, 0) (relu) is continuous: no hull needed, but both sides are covered
+    iv = _iv(lambda x: fnp.maximum(x, 0.0), x)
+    assert iv.lo[0] == 0.0 and iv.hi[0] >= 1e-3
+
+
+def test_render_flaw_nan_bounds_are_not_inside():
+    iv = Interval(np.array([np.nan, 0.0, np.nan]), np.array([1.0, np.nan, np.nan]))
+    for y in (0.5, 0.0, np.nan, np.inf, -np.inf):
+        assert not np.any(iv.contains(y))
+    assert not Interval(0.0, 1.0).contains(np.nan)
+    assert Interval(-np.inf, np.inf).contains(np.inf) and not Interval(-np.inf, np.inf).contains(np.nan)
+    out = _iv(fnp.sqrt, np.array([-1.0, 4.0]))
+    assert not out.contains(np.nan)[0] and out.contains(2.0)[1]
+
+
+# =============================================================================================
+# 3. Edge behaviour
+# =============================================================================================
+def test_division_by_interval_containing_zero():
+    a = np.array([1.0, 2.0, -3.0, 0.0])
+    b = Interval(np.array([-1.0, 0.5, 0.0, -2.0]), np.array([1.0, 2.0, 0.0, -1.0]),
+                 np.array([0.5, 1.0, 0.0, -1.5]))
+    interp, out = run_interval(lambda a, b: fnp.divide(a, b), (a, b), {})
+    assert out.lo[0] == -np.inf and out.hi[0] == np.inf
+    assert out.lo[2] == -np.inf and out.hi[2] == np.inf
+    assert np.isfinite(out.lo[1]) and np.isfinite(out.hi[1]) and out.contains(np.array(2.0) / 0.5)[1]
+    assert np.isfinite(out.lo[3]) and out.contains(0.0)[3]
+    ev = [e for e in interp.events if e.kind == "division-by-zero-interval"]
+    assert len(ev) == 1 and ev[0].count == 2
+    # a point zero divisor as well (float32 program)
+    interp, out = run_interval(lambda a, b: fnp.divide(a, b),
+                               (np.array([1.0, 1.0], np.float32), np.array([0.0, 2.0], np.float32)), {})
+    assert out.hi[0] == np.inf and out.contains(np.inf)[0] and out.contains(0.5)[1]
+    assert any(e.kind == "division-by-zero-interval" for e in interp.events)
+
+
+def test_matmul_render_mode_agrees_on_point_inputs():
+    rng = np.random.default_rng(5)
+    for dt in (np.float64, np.float32, np.float16):
+        A = rng.standard_normal((4, 9)).astype(dt)
+        B = rng.standard_normal((9, 3)).astype(dt)
+        ours = _iv(fnp.matmul, A, B)
+        rend = _iv(fnp.matmul, A, B, matmul="render")
+        assert np.array_equal(f64(ours.value), f64(rend.value))
+        assert np.all(rend.contains(ours.value)) and np.all(ours.contains(ours.value))
+        # both enclose the exact product
+        ex = f64(A) @ f64(B)
+        assert np.all(ours.lo <= ex + 1e-12 * np.abs(ex)) and np.all(ours.hi >= ex - 1e-12 * np.abs(ex))
+        assert np.all((rend.lo <= ours.hi) & (ours.lo <= rend.hi))          # they overlap
+
+
+def test_probabilistic_bound_is_narrower():
+    rng = np.random.default_rng(7)
+    x = rng.uniform(0, 1, 20000).astype(np.float32)
+    A = rng.standard_normal((8, 4096)).astype(np.float32)
+    B = rng.standard_normal((4096, 8)).astype(np.float32)
+    for f, args in ((lambda x: fnp.sum(x), (x,)), (fnp.matmul, (A, B)),
+                    (lambda x: fnp.cumsum(x), (x,))):
+        rig = _iv(f, *args)
+        prob = _iv(f, *args, bound="probabilistic")
+        wr, wp = f64(rig.hi - rig.lo), f64(prob.hi - prob.lo)
+        assert np.all(wp <= wr) and np.max(wp / wr) < 0.5
+        assert np.all(prob.contains(prob.value))
+    # the sum of positive terms in float32 vs exact: both contain it
+    ex = math.fsum(f64(x))
+    assert _iv(lambda x: fnp.sum(x), x, bound="probabilistic").contains(ex)
+
+
+def test_interval_inputs_propagate():
+    rng = np.random.default_rng(11)
+    x = rng.uniform(0.5, 2.0, (3, 4)).astype(np.float32)
+    w = rng.standard_normal((4, 2)).astype(np.float32)
+    xi = Interval.around(x, rel=1e-3)
+    assert xi.dtype == np.float32 and np.all(xi.lo < f64(x)) and np.all(xi.hi > f64(x))
+
+    def f(x, w):
+        return fnn.softmax(fnp.matmul(fnp.log(x), w), axis=-1)
+    iv = _iv(f, xi, w)
+    point = _iv(f, x, w)
+    assert np.all(iv.lo <= point.lo) and np.all(iv.hi >= point.hi)
+    assert np.all(f64(iv.hi - iv.lo) > 10 * f64(point.hi - point.lo))
+    # every input inside the interval gives an output inside the bound
+    for _ in range(20):
+        xs = (f64(x) * (1 + rng.uniform(-1e-3, 1e-3, x.shape))).astype(np.float32)
+        xs = np.clip(xs, xi.lo, xi.hi).astype(np.float32)
+        with np.errstate(all="ignore"):
+            y = f(xs, w)
+        assert np.all(iv.contains(y))
+    # an Interval output of one run feeds another
+    iv2 = _iv(lambda v: fnp.exp(v), Interval(iv.lo, iv.hi, iv.value))
+    assert np.all(iv2.contains(np.exp(f64(iv.value))))
+
+
+def test_empty_arrays():
+    e = np.zeros((0, 3), np.float32)
+    iv = _iv(lambda a: fnp.sum(a, axis=0), e)
+    assert iv.shape == (3,) and np.all(iv.contains(0.0))
+    iv = _iv(lambda a, b: fnp.matmul(a, b), e, np.ones((3, 2), np.float32))
+    assert iv.shape == (0, 2)
+    iv = _iv(lambda a, b: fnp.matmul(a, b), np.ones((2, 0), np.float32), np.ones((0, 4), np.float32))
+    assert iv.shape == (2, 4) and np.all(iv.contains(0.0))
+    for f in (fnp.exp, lambda a: fnp.cumsum(a, axis=0), lambda a: fnp.add(a, a),
+              lambda a: fnp.mean(a, axis=1), lambda a: fnp.astype(a, np.float16)):
+        iv = _iv(f, e)
+        assert iv.lo.size == 0 or np.all(np.isnan(iv.value) | iv.contains(iv.value))
+
+
+def test_nan_and_inf_inputs_give_defined_results():
+    x = np.array([np.nan, np.inf, -np.inf, 1.0, 0.0], np.float32)
+    ops = [fnp.exp, fnp.log, fnp.sqrt, fnp.tanh, fnp.sin, fnp.cos, fnp.arctan, fnp.erf,
+           fnp.abs, fnp.square, fnp.reciprocal, lambda a: fnp.add(a, 1.0),
+           lambda a: fnp.multiply(a, 0.0), lambda a: fnp.divide(1.0, a),
+           lambda a: fnp.maximum(a, 0.0), lambda a: fnp.where(fnp.greater(a, 0), a, 0.0),
+           lambda a: fnp.astype(a, np.float16), lambda a: fnp.sum(a),
+           lambda a: fnp.cumsum(a), lambda a: fnn.softmax(a),
+           lambda a: fnp.matmul(a[None, :], a[:, None])]
+    for f in ops:
+        iv = _iv(f, x)
+        v = f64(iv.value)
+        ok = np.isnan(v) | iv.contains(v)
+        assert np.all(ok), (f, iv.lo, iv.hi, v)
+    iv = _iv(fnp.exp, x)
+    assert np.isnan(iv.lo[0]) and np.isnan(iv.hi[0])             # NaN in, no claim out
+    assert iv.hi[1] == np.inf and iv.lo[2] <= 0.0 <= iv.hi[2]
+    iv = _iv(lambda a: fnp.sum(a), np.array([1.0, np.inf], np.float16))
+    assert iv.hi == np.inf and iv.contains(np.inf)
+
+
+def test_mismatched_shapes_raise_numpys_error():
+    a, b = np.ones((2, 3)), np.ones((4,))
+    with pytest.raises(ValueError):
+        fpx.interval(lambda a, b: fnp.add(a, b))(a, b)
+    with pytest.raises(ValueError):
+        fpx.interval(lambda a, b: fnp.matmul(a, b))(np.ones((2, 3)), np.ones((4, 5)))
+    with pytest.raises(ValueError):
+        fpx.interval(lambda a, b: fnp.where(fnp.greater(a, 0), a, b))(a, b)
