@@ -27,6 +27,7 @@ probabilistic bound ``λ·sqrt(n)·u``.
 from __future__ import annotations
 
 import math
+import threading
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -125,10 +126,20 @@ def _is_cupy(x):
 # =============================================================================================
 # Float64 enclosure helpers (sound under round-to-nearest, no rounding-mode control)
 # =============================================================================================
+def _owned(x):
+    """Can a kernel write its result into ``x``? (a float64 array the caller gave up)"""
+    return isinstance(x, np.ndarray) and x.dtype == np.float64 and x.ndim > 0 and \
+        x.flags.writeable and x.flags.owndata
+
+
 def _widen(lo, hi, k=1):
-    """Widen float64 bounds computed with ``k`` rounded-to-nearest steps outward."""
+    """Widen float64 bounds computed with ``k`` rounded-to-nearest steps outward. Consumes its
+    arguments: pass fresh arrays (the result may be written into them)."""
     rel = (k + 2) * _E64
-    return _K.down(lo, rel, _TINY64, math.inf), _K.up(hi, rel, _TINY64, math.inf)
+    return (_K.down(lo, rel, _TINY64, math.inf, out=lo) if _owned(lo) and lo is not hi
+            else _K.down(lo, rel, _TINY64, math.inf),
+            _K.up(hi, rel, _TINY64, math.inf, out=hi) if _owned(hi) and hi is not lo
+            else _K.up(hi, rel, _TINY64, math.inf))
 
 
 def _up(x, k=1):
@@ -179,8 +190,9 @@ class IntervalInterpreter(Interpreter):
             raise ValueError(f"fpx.interval: branches must be 'hull' or 'concrete', not {branches!r}")
         if bound not in ("rigorous", "probabilistic"):
             raise ValueError(f"fpx.interval: bound must be 'rigorous' or 'probabilistic', not {bound!r}")
-        if matmul not in ("midrad", "exact-center", "render"):
-            raise ValueError("fpx.interval: matmul must be 'midrad', 'exact-center' or 'render'")
+        if matmul not in ("midrad", "fast", "exact-center", "render"):
+            raise ValueError("fpx.interval: matmul must be 'midrad', 'fast', 'exact-center' or "
+                             "'render'")
         self.policy = get_policy(policy)
         self.branches, self.bound, self.confidence, self.matmul = branches, bound, confidence, matmul
         self.events: list[Event] = []
@@ -245,13 +257,14 @@ class IntervalInterpreter(Interpreter):
         return IntervalTracer(self, value, lo, hi, unstable, point)
 
     # -- rounding of a result ------------------------------------------------------------------
-    def round_result(self, prim_name, value, lo, hi, *inputs):
-        """Add the rounding error of ``prim_name`` with its result in ``value``'s format."""
+    def round_result(self, prim_name, value, lo, hi, *inputs, steps=0):
+        """Add the rounding error of ``prim_name`` with its result in ``value``'s format to the
+        fresh bounds lo/hi (computed with ``steps`` float64 steps not yet widened)."""
         F = _fmt_of(np.asarray(concrete(value)).dtype)
         if F is None:  # integer / bool result: exact
-            return lo, hi
+            return _widen(lo, hi, steps) if steps else (lo, hi)
         acc = self.accuracy(prim_name, F)
-        return _round_bounds(lo, hi, F, acc, inputs)
+        return _round_bounds(lo, hi, F, acc, inputs, steps=steps, consume=True)
 
     def process(self, prim, args, params):
         rule = self.rules.get(prim.name)
@@ -299,17 +312,20 @@ def _accuracy_terms(acc, inputs):
     return ulps, ab
 
 
-def _round_bounds(lo, hi, F, acc, inputs=()):
+def _round_bounds(lo, hi, F, acc, inputs=(), steps=0, consume=False):
     """[lo, hi] (exact-real enclosure) widened by one rounding into format F with accuracy acc:
     |fl(v) - v| <= ulps·2^(1-p)·|v| + ulps·η + absolute, fused with the outward widening of
-    this float64 step (relative 8·2^-53, absolute 2^-1074) and with :func:`_overflow`."""
+    the ``steps`` float64 steps that computed lo/hi and of this one (relative (4+2·steps)·2^-52,
+    absolute 2^-1074 each), and with :func:`_overflow`. ``consume``: lo/hi are fresh arrays
+    the result may be written into."""
     ulps, ab = _accuracy_terms(acc, inputs)
-    R = ulps * 2.0 ** (1 - F.p) + 4 * _E64
-    A = (ulps * F.smallest_subnormal + ab) * (1 + 4 * _E64) + _TINY64
-    if F.has_inf or F.name == "float64":   # one fused pass per bound
-        top = math.inf if F.name == "float64" else F.max
-        return _K.down(lo, R, A, top), _K.up(hi, R, A, top)
-    return _overflow(_K.down(lo, R, A, math.inf), _K.up(hi, R, A, math.inf), F)
+    R = ulps * 2.0 ** (1 - F.p) + (4 + 2 * steps) * _E64
+    A = (ulps * F.smallest_subnormal + ab) * (1 + 4 * _E64) + (steps + 1) * _TINY64
+    top = math.inf if (F.name == "float64" or not F.has_inf) else F.max
+    olo = {"out": lo} if consume and _owned(lo) and lo is not hi else {}
+    ohi = {"out": hi} if consume and _owned(hi) and hi is not lo else {}
+    lo, hi = _K.down(lo, R, A, top, **olo), _K.up(hi, R, A, top, **ohi)
+    return (lo, hi) if (F.has_inf or F.name == "float64") else _overflow(lo, hi, F)
 
 
 def _overflow(lo, hi, F):
@@ -360,10 +376,10 @@ def _add_sub(self, prim, a, b):
     v, (alo, ahi), (blo, bhi), un, pt = _binary_prep(self, prim, a, b)
     with np.errstate(invalid="ignore", over="ignore"):
         if prim.name == "add":
-            lo, hi = _widen(alo + blo, ahi + bhi)
+            lo, hi = alo + blo, ahi + bhi
         else:
-            lo, hi = _widen(alo - bhi, ahi - blo)
-        lo, hi = self.round_result(prim.name, v, lo, hi, (alo, ahi), (blo, bhi))
+            lo, hi = alo - bhi, ahi - blo
+        lo, hi = self.round_result(prim.name, v, lo, hi, (alo, ahi), (blo, bhi), steps=1)
     return self.new(v, lo, hi, un)
 
 
@@ -458,23 +474,35 @@ def _max_min(self, prim, a, b):
 
 
 def _monotone(f, prim_name, increasing=True, domain=None):
+    """``domain``: the lower end of f's domain (sqrt, log, ...). An input interval that
+    straddles it bounds the results of the inputs inside the domain (the others give NaN,
+    which no bound contains); those elements are marked unstable (the bounds cannot decide
+    whether the result is defined) and an event is recorded."""
     def rule(self, prim, a):
         v = self.value_of(prim, (a,), {})
         lo, hi, u, pt = self.bounds(a)
+        if domain is not None:
+            with np.errstate(invalid="ignore"):
+                cut = (lo < domain) & (hi >= domain)
+            if np.any(cut):
+                self.note("domain", f"{prim_name}: an input interval reaches below {domain:g} "
+                          "(NaN possible there)", int(np.count_nonzero(cut)))
+                lo = np.where(cut, float(domain), lo)
+                u = _or_unstable(u, cut)
         with np.errstate(all="ignore"):
             flo, fhi = f(lo), f(hi)
             if not increasing:
                 flo, fhi = fhi, flo
-            flo, fhi = _widen(flo, fhi, _LIBM64_ULPS)
-            flo, fhi = self.round_result(prim_name, v, flo, fhi, (lo, hi))
+            flo, fhi = self.round_result(prim_name, v, flo, fhi, (lo, hi), steps=_LIBM64_ULPS)
         return self.new(v, flo, fhi, u)
     return rule
 
 
+_DOMAIN = {"log": 0.0, "log2": 0.0, "sqrt": 0.0, "log1p": -1.0}
 for _n, _f in {"exp": np.exp, "expm1": np.expm1, "exp2": np.exp2, "log": np.log,
                "log1p": np.log1p, "log2": np.log2, "sqrt": np.sqrt, "tanh": np.tanh,
                "sinh": np.sinh, "atan": np.arctan}.items():
-    IntervalInterpreter.rules[_n] = _monotone(_f, _n)
+    IntervalInterpreter.rules[_n] = _monotone(_f, _n, domain=_DOMAIN.get(_n))
 
 
 def _erf64(x):
@@ -636,8 +664,11 @@ def _bool_interval(certain, possible):
 def _compare(self, prim, a, b):
     v = self.value_of(prim, (a, b), {})
     # comparisons compare in the promoted dtype of the operands (weak Python scalars follow)
-    pdt = np.result_type(*[p if isinstance(p, (bool, int, float)) else np.asarray(p).dtype
-                           for p in map(self.primal_of, (a, b))])
+    try:
+        pdt = np.result_type(*[p if isinstance(p, (bool, int, float)) else np.asarray(p).dtype
+                               for p in map(self.primal_of, (a, b))])
+    except TypeError:   # e.g. bfloat16 vs float16: no common dtype, but NumPy has a loop
+        pdt = None      # (two arrays: no weak scalar to convert)
     alo, ahi, au, _ = self.bounds(a, pdt)
     blo, bhi, bu, _ = self.bounds(b, pdt)
     n = prim.name
@@ -844,11 +875,28 @@ def _reduce_sum(self, prim, a, *, axis=None, keepdims=False, dtype=None):
             c = self.gamma(max(n - 1, 0), _acc_delta(self, "reduce_sum", Facc))
             r = r + _up(c * s_mag * (1 + g64), 3)
             lo2, hi2 = _widen(s_mid - r, s_mid + r, 1)
+            lo2, hi2 = _acc_guard(lo2, hi2, s_mag, c, Facc, lambda: np.any(
+                np.isnan(lo) | np.isnan(hi), axis=axis, keepdims=keepdims))
             lo2, hi2 = _to_output(self, lo2, hi2, Facc, F_out)
         else:
             lo2, hi2 = np.sum(lo, axis=axis, keepdims=keepdims), np.sum(hi, axis=axis, keepdims=keepdims)
     un = None if u is None else np.any(u, axis=axis, keepdims=keepdims)
     return self.new(v, lo2, hi2, un, pt and n <= 1)
+
+
+def _acc_guard(lo, hi, mag, c, F_acc, nan_in):
+    """Where the terms' magnitudes (sum ``mag``, with rounding ``c``) pass the accumulator's
+    largest finite value, some partial sum may overflow: the result may be ±inf whatever the
+    final sum is. NaN bounds from inf - inf in the float64 bound arithmetic, where no term's
+    bound is NaN (``nan_in()``, evaluated only then), mean "unbounded", not "undefined"."""
+    with np.errstate(all="ignore"):
+        over = _up(mag * (1.0 + c), 2) > F_acc.max
+    bad = np.isnan(lo) | np.isnan(hi)
+    if np.any(bad):
+        over = over | (bad & ~nan_in())
+    if np.any(over):
+        lo, hi = np.where(over, -np.inf, lo), np.where(over, np.inf, hi)
+    return lo, hi
 
 
 def _to_output(self, lo, hi, F_acc, F_out):
@@ -888,8 +936,10 @@ def _cumsum(self, prim, a, *, axis, dtype=None):
                 else np.vectorize(lambda m: self.gamma(int(m), d))(km1)
             r = r + _up(c * c_mag * (1 + g64), 3)
         lo2, hi2 = _widen(c_mid - r, c_mid + r, 1)
-        if F_out is not None and F_out.name != "float64":
-            lo2, hi2 = _overflow(lo2, hi2, F_out)
+        if F_out is not None:   # the accumulator's overflow, then its rounding to the output
+            lo2, hi2 = _acc_guard(lo2, hi2, c_mag, c, Facc, lambda: np.logical_or.accumulate(
+                np.isnan(lo) | np.isnan(hi), axis=ax))
+            lo2, hi2 = _to_output(self, lo2, hi2, Facc, F_out)
     un = None if u is None else np.logical_or.accumulate(u, axis=ax)
     return self.new(v, lo2, hi2, un)
 
@@ -1002,11 +1052,41 @@ def _gemm_upper(L, M, K, small, scale=1.0, add=0.0):
     return _K.scale_up(R, scale * (1.0 + _gamma(K + 2, 2.0 ** -53)), add)
 
 
-def _abs_operand(p, small):
+_SCRATCH = threading.local()
+
+
+def _scratch(shape, dtype, slot):
+    """A thread-local buffer reused across calls for GEMM operands that live only inside one
+    rule (|W|, float64 copies of weights): large fresh arrays cost a page fault per 4 KiB."""
+    bufs = getattr(_SCRATCH, "bufs", None)
+    if bufs is None:
+        bufs = _SCRATCH.bufs = {}
+    key = (slot, tuple(shape), np.dtype(dtype).str)
+    buf = bufs.get(key)
+    if buf is None:
+        if len(bufs) > 16:
+            bufs.clear()
+        buf = bufs[key] = np.empty(shape, dtype)
+    return buf
+
+
+def _abs_operand(p, small, slot):
     """|operand| for a GEMM bound: float32-representable programs stay in float32 (exact)."""
-    if small and np.asarray(p).dtype != np.float64:
-        return np.abs(p)
-    return np.abs(_as_f64(p))
+    p = np.asarray(p)
+    if small and p.dtype != np.float64:
+        return np.abs(p, out=_scratch(p.shape, p.dtype, slot)) if p.ndim else np.abs(p)
+    return np.abs(p, out=_scratch(p.shape, np.float64, slot), dtype=np.float64) if p.ndim \
+        else np.abs(_as_f64(p))
+
+
+def _f64_operand(p, slot):
+    """A float64 copy of a GEMM operand in a reused buffer (exact for narrower formats)."""
+    p = np.asarray(p)
+    if p.dtype == np.float64 or not p.ndim:
+        return _as_f64(p)
+    buf = _scratch(p.shape, np.float64, slot)
+    np.copyto(buf, p, casting="unsafe")
+    return buf
 
 
 @_rule("matmul")
@@ -1016,7 +1096,10 @@ def _matmul(self, prim, a, b):
     alo, ahi, au, ap = (a.lo, a.hi, a.unstable, a.point) if self._own(a) else (None, None, None, True)
     blo, bhi, bu, bp = (b.lo, b.hi, b.unstable, b.point) if self._own(b) else (None, None, None, True)
     pa, pb = self.primal_of(a), self.primal_of(b)
-    in_dt = np.result_type(np.asarray(pa).dtype, np.asarray(pb).dtype)
+    try:
+        in_dt = np.result_type(np.asarray(pa).dtype, np.asarray(pb).dtype)
+    except TypeError:   # bfloat16 @ float16: NumPy converts both to its result dtype
+        in_dt = np.asarray(concrete(v)).dtype
     F_out = _fmt_of(np.asarray(concrete(v)).dtype)
     K = np.shape(pa)[-1] if np.ndim(pa) else 1
     prec = self.policy.resolve("matmul", in_dt)
@@ -1032,23 +1115,41 @@ def _matmul(self, prim, a, b):
     rounded_inputs = src is not None and not _contains_format(F_in, src)   # e.g. tf32 inputs
     g64 = _gamma(K + 2, 2.0 ** -53)
     with np.errstate(all="ignore"):
+        # value-centred fast path for an interval activation times constant weights: one fused
+        # pass gives Σr, Σ(|v|+r), max(|v|+r); r_A and Â are materialized only if needed
+        fused = (small and not ap and bp and not rounded_inputs and self.matmul != "exact-center"
+                 and np.asarray(pa).dtype in (np.float32, np.float64) and np.ndim(pa) >= 1)
+        stats = _K.mm_stats(pa, alo, ahi) if fused else None
+        lazy_a = fused and all(np.isfinite(stats)) and stats[0] >= 4 * c * stats[1] * 1.01
         # radii around the program's operand values (point operands: 0, no array work)
-        ra = 0.0 if ap else _up(np.maximum(_as_f64(pa) - alo, ahi - _as_f64(pa)), 1)
+        ra = 0.0 if ap or lazy_a else _up(np.maximum(_as_f64(pa) - alo, ahi - _as_f64(pa)), 1)
         rb = 0.0 if bp else _up(np.maximum(_as_f64(pb) - blo, bhi - _as_f64(pb)), 1)
-        if rounded_inputs:
-            ra = _up(ra + (np.abs(_as_f64(pa)) + ra) * 2.0 ** -F_in.p + F_in.smallest_subnormal, 3)
-            rb = _up(rb + (np.abs(_as_f64(pb)) + rb) * 2.0 ** -F_in.p + F_in.smallest_subnormal, 3)
-        a_pt, b_pt = np.ndim(ra) == 0 and ra == 0, np.ndim(rb) == 0 and rb == 0
-        absA = _abs_operand(pa, small)
-        absB = _abs_operand(pb, small)
-        Ah = absA if a_pt else _up(absA + ra)
+        if rounded_inputs:   # the policy's conversion accuracy (tf32 may truncate: 1 ulp)
+            va_, vb_ = _as_f64(pa), _as_f64(pb)
+            ua, aa = _accuracy_terms(self.accuracy("cast", F_in), [(va_ - ra, va_ + ra)])
+            ub, ab_ = _accuracy_terms(self.accuracy("cast", F_in), [(vb_ - rb, vb_ + rb)])
+            ra = _up(ra + (np.abs(va_) + ra) * (ua * 2.0 ** (1 - F_in.p)) +
+                     ua * F_in.smallest_subnormal + aa, 4)
+            rb = _up(rb + (np.abs(vb_) + rb) * (ub * 2.0 ** (1 - F_in.p)) +
+                     ub * F_in.smallest_subnormal + ab_, 4)
+        a_pt = not lazy_a and np.ndim(ra) == 0 and ra == 0
+        b_pt = np.ndim(rb) == 0 and rb == 0
+        absB = _abs_operand(pb, small, "absB")
         Bh = absB if b_pt else _up(absB + rb)
-        point = a_pt and b_pt
-        exact_center = point or (not rounded_inputs and (
-            self.matmul == "exact-center" or _narrow(ra, Ah, rb, Bh, c)))
+        finite_v = bool(np.all(np.isfinite(concrete(v))))
+        if lazy_a and finite_v:      # wide enough: centred on the value, nothing else needed
+            absA = Ah = None
+            point = exact_center = False
+        else:
+            lazy_a = False
+            absA = _abs_operand(pa, small, "absA")
+            Ah = absA if a_pt else _up(absA + ra)
+            point = a_pt and b_pt and self.matmul != "fast"
+            exact_center = point or (not rounded_inputs and self.matmul != "fast" and (
+                self.matmul == "exact-center" or not finite_v or _narrow(ra, Ah, rb, Bh, c)))
         absterm = 2 * K * (F_prod.smallest_subnormal + F_acc.smallest_subnormal)
         if point:            # exact float64 centre; radius c·|A||B| (+ the centre's own error)
-            center = np.matmul(_as_f64(pa), _as_f64(pb))
+            center = np.matmul(_f64_operand(pa, "f64A"), _f64_operand(pb, "f64B"))
             rad = _gemm_upper(Ah, Bh, K, small, _up(c + g64, 2), absterm)
         elif exact_center:   # centre = midpoints' product in float64
             ma = _as_f64(pa) if a_pt else (alo + ahi) / 2
@@ -1056,7 +1157,7 @@ def _matmul(self, prim, a, b):
             hra = 0.0 if a_pt else _up((ahi - alo) / 2)
             hrb = 0.0 if b_pt else _up((bhi - blo) / 2)
             center = np.matmul(ma, mb)
-            rad = _gemm_upper(_up(hra + (c + g64) * Ah, 3), Bh, K, small, 1.0, absterm)
+            rad = _gemm_upper(_up(hra + (c + g64) * _as_f64(Ah), 3), Bh, K, small, 1.0, absterm)
             if not b_pt:
                 rad = rad + _gemm_upper(np.abs(ma), hrb, K, small)
         else:                # centre = the program's value: its own error counted once more
@@ -1067,19 +1168,76 @@ def _matmul(self, prim, a, b):
                     np.asarray(pa).dtype in (np.float32, np.float64):
                 L = _K.mm_left(pa, alo, ahi, 2 * c)            # one fused pass, float32 upper
             else:
-                L = _up(2 * c * Ah + ra, 3)
+                L = _up(2 * c * _as_f64(Ah) + ra, 3)   # float64: c·|a| underflows in float16
             rad = _gemm_upper(L, Bh, K, small, 1.0, absterm)
             if not b_pt:
                 rad = rad + _gemm_upper(absA, rb, K, small)
+            if F_out is not None and F_out.name != F_acc.name:
+                # the program's value was rounded from its accumulator into F_out: that
+                # rounding separates the centre from the accumulator values
+                uo, ao = _accuracy_terms(self.accuracy("cast", F_out), [(center, center)])
+                q = uo * 2.0 ** (1 - F_out.p)
+                rad = rad + _up((np.abs(_as_f64(center)) * q + uo * F_out.smallest_subnormal
+                                 + ao) * (1 + 2 * q), 4)
         # centre ± radius, widened for this float64 step, overflow of the accumulator mapped
         top = F_acc.max if (F_out is not None and F_acc.has_inf and F_acc.name != "float64") \
             else math.inf
         lo, hi = _K.center_down(center, rad, top), _K.center_up(center, rad, top)
+        if F_out is not None:
+            if Ah is None:   # the guard's operand magnitude, from the fused stats
+                Ah = _LazyAbs(pa, alo, ahi, stats[2])
+            lo, hi = _matmul_guard(lo, hi, center, Ah, Bh, K, c, F_acc,
+                                   [(alo, ahi, pa), (blo, bhi, pb)],
+                                   F_in.max if rounded_inputs else math.inf)
         if F_out is not None and F_out.name != F_acc.name:
             lo, hi = _round_bounds(lo, hi, F_out, self.accuracy("cast", F_out))
         elif F_out is not None and not F_out.has_inf:
             lo, hi = _overflow(lo, hi, F_out)
     return self.new(v, lo, hi, _matmul_unstable(au, bu, np.shape(lo)))
+
+
+class _LazyAbs:
+    """|v| + r for an interval operand, built only if the overflow screen needs the array
+    (``max`` is known from the fused stats, rounded up)."""
+
+    def __init__(self, v, lo, hi, amax):
+        self.v, self.lo, self.hi, self.max = v, lo, hi, _up(amax, 4)
+
+    def array(self):
+        v = _as_f64(self.v)
+        return _up(np.abs(v) + _up(np.maximum(v - self.lo, self.hi - v), 1))
+
+
+def _matmul_guard(lo, hi, center, Ah, Bh, K, c, F_acc, ops, in_top=math.inf):
+    """±inf where a product or partial sum may overflow the accumulator (|A||B|·(1+c) past
+    its largest value; one extra float64 GEMM, only when the maxima say it is possible), where
+    an operand's conversion to the input format may overflow (``in_top``: that format's
+    largest value, for rounded inputs such as tf32), and where the centre is not finite; NaN
+    bounds from inf - inf with no NaN among the operands' bounds in that row/column mean
+    "unbounded", not "undefined". ``ops``: (lo, hi, value) of each operand (lo None for
+    constants)."""
+    top = F_acc.max
+    lazy = Ah if isinstance(Ah, _LazyAbs) else None
+    amax = float(lazy.max) if lazy else (float(np.max(Ah)) if np.size(Ah) else 0.0)
+    bmax = float(np.max(Bh)) if np.size(Bh) else 0.0
+    if lazy:   # the array is needed only by the (rare) overflow GEMM below
+        Ah = lazy.array() if not amax * bmax * K * (1.0 + c) * (1 + 2.0 ** -40) <= top else None
+    over = ~np.isfinite(center)
+    if amax > in_top or bmax > in_top:
+        over = over | _matmul_unstable(np.asarray(Ah) > in_top, np.asarray(Bh) > in_top,
+                                       np.shape(lo))
+    if not amax * bmax * K * (1.0 + c) * (1 + 2.0 ** -40) <= top:
+        M = _gemm_upper(_as_f64(Ah), _as_f64(Bh), K, False)
+        over = over | (_up(M * (1.0 + c), 2) > top)
+    bad = np.isnan(lo) | np.isnan(hi)
+    if np.any(bad):
+        na, nb = [np.isnan(_as_f64(p)) if l is None else (np.isnan(l) | np.isnan(h))
+                  for l, h, p in ops]
+        over = over | (bad & ~_matmul_unstable(na, nb, np.shape(lo)))
+    if np.any(over):
+        over = np.broadcast_to(over, np.shape(lo))
+        lo, hi = np.where(over, -np.inf, lo), np.where(over, np.inf, hi)
+    return lo, hi
 
 
 def _narrow(ra, Ah, rb, Bh, c):
@@ -1115,8 +1273,10 @@ def interval(f=None, *, policy=None, branches: str = "hull", bound: str = "rigor
     policy or preset name (default ``"numpy"``). ``branches``: ``"hull"`` (sound) or
     ``"concrete"`` (RENDER's observed-branch semantics). ``bound``: ``"rigorous"`` or
     ``"probabilistic"`` (Higham & Mary 2019, λ·sqrt(n)·u with the given ``confidence``; not a
-    guarantee). ``matmul``: ``"midrad"`` (default), ``"exact-center"`` (always a float64 centre)
-    or ``"render"`` (RENDER's per-element scalar-loop bound, numba; for comparison).
+    guarantee). ``matmul``: ``"midrad"`` (default: an exact float64 centre for point or narrow
+    operands, else centred on the program's value), ``"fast"`` (always centred on the value: no
+    float64 GEMM, up to 2x wider on point operands), ``"exact-center"`` (always a float64
+    centre) or ``"render"`` (RENDER's per-element scalar-loop bound, numba; for comparison).
     Usable as a decorator: ``@fpx.interval`` or ``@fpx.interval(policy="cuda")``.
     """
     if f is None:

@@ -83,3 +83,30 @@ def center_up(c, rad, top):
     if y > top:
         return math.inf
     return y
+
+
+@numba.njit(cache=True)
+def _mm_stats(v, lo, hi):
+    s_r = 0.0
+    s_a = 0.0
+    m_a = 0.0
+    for i in range(v.size):
+        vv = np.float64(v[i])
+        r1, r2 = vv - lo[i], hi[i] - vv
+        if math.isnan(r1) or math.isnan(r2):
+            return math.nan, math.nan, math.nan
+        r = r1 if r1 > r2 else r2
+        a = abs(vv) + r
+        s_r += r
+        s_a += a
+        if a > m_a:
+            m_a = a
+    return s_r, s_a, m_a
+
+
+def mm_stats(v, lo, hi):
+    """(Σr, Σ(|v|+r), max(|v|+r)) with r = max(v - lo, hi - v), in one pass (NaN if any bound
+    is NaN). Float64 sums of nonnegative terms: relative error <= n·2^-53; callers use them
+    for a heuristic and, with margin, for an overflow screen."""
+    v, lo, hi = (np.ascontiguousarray(x).reshape(-1) for x in np.broadcast_arrays(v, lo, hi))
+    return _mm_stats(v, lo, hi)

@@ -6,7 +6,7 @@ loop over k does interval multiply-accumulate on the endpoints and accumulates
 ``S = Σ_k max|a_ik|·max|b_kj|``; the result is widened by ``γ_K·S`` with u taken from the
 *operands'* precision. O(m·n·k) scalar work (numba, parallel over rows). It keeps RENDER's
 flaws on purpose -- operand instead of result precision, no float64 outward rounding -- so it
-is a baseline, not a sound bound.
+is a baseline, not a sound bound. ``parallel=False`` runs the same loops on one thread.
 """
 from __future__ import annotations
 
@@ -14,8 +14,7 @@ import numba
 import numpy as np
 
 
-@numba.njit(parallel=True, cache=True)
-def _render2d(alo, ahi, blo, bhi, g, out_lo, out_hi):
+def _render2d_impl(alo, ahi, blo, bhi, g, out_lo, out_hi):
     m, k = alo.shape
     n = blo.shape[1]
     for i in numba.prange(m):
@@ -35,9 +34,15 @@ def _render2d(alo, ahi, blo, bhi, g, out_lo, out_hi):
             out_hi[i, j] = hi + g * s
 
 
-def render_matmul(alo, ahi, blo, bhi, fmt):
+# the same loop nest twice: one thread (as RENDER's interpreter runs it) and all cores
+_render2d_serial = numba.njit(cache=True)(_render2d_impl)
+_render2d_parallel = numba.njit(parallel=True, cache=True)(_render2d_impl)
+
+
+def render_matmul(alo, ahi, blo, bhi, fmt, parallel=True):
     """RENDER-style bounds of [alo, ahi] @ [blo, bhi] (2-D, or batched over leading dims) with
-    unit roundoff of format ``fmt``."""
+    unit roundoff of format ``fmt``; ``parallel`` spreads rows over all cores (numba prange)."""
+    kernel = _render2d_parallel if parallel else _render2d_serial
     alo, ahi, blo, bhi = (np.asarray(x, np.float64) for x in (alo, ahi, blo, bhi))
     sq_a, sq_b = alo.ndim == 1, blo.ndim == 1
     if sq_a:
@@ -54,7 +59,7 @@ def render_matmul(alo, ahi, blo, bhi, fmt):
     lo = np.empty((A_lo.shape[0], m, n))
     hi = np.empty_like(lo)
     for i in range(A_lo.shape[0]):
-        _render2d(np.ascontiguousarray(A_lo[i]), np.ascontiguousarray(A_hi[i]),
+        kernel(np.ascontiguousarray(A_lo[i]), np.ascontiguousarray(A_hi[i]),
                   np.ascontiguousarray(B_lo[i]), np.ascontiguousarray(B_hi[i]), g, lo[i], hi[i])
     lo, hi = lo.reshape(batch + (m, n)), hi.reshape(batch + (m, n))
     if sq_a:
