@@ -1164,12 +1164,15 @@ def _matmul(self, prim, a, b):
             center = concrete(v)
             if np.asarray(center).dtype not in (np.float32, np.float64):
                 center = _as_f64(center)
-            if small and not a_pt and not rounded_inputs and \
-                    np.asarray(pa).dtype in (np.float32, np.float64):
-                L = _K.mm_left(pa, alo, ahi, 2 * c)            # one fused pass, float32 upper
+            if a_pt and Ah is not None:          # point A: the radius is 2c·(|A| @ B̂)
+                rad = _gemm_upper(Ah, Bh, K, small, _up(2 * c, 1), absterm)
             else:
-                L = _up(2 * c * _as_f64(Ah) + ra, 3)   # float64: c·|a| underflows in float16
-            rad = _gemm_upper(L, Bh, K, small, 1.0, absterm)
+                if small and not rounded_inputs and np.asarray(pa).dtype in (np.float32,
+                                                                             np.float64):
+                    L = _K.mm_left(pa, alo, ahi, 2 * c)        # one fused pass, float32 upper
+                else:
+                    L = _up(2 * c * _as_f64(Ah) + ra, 3)   # float64: c·|a| underflows in fp16
+                rad = _gemm_upper(L, Bh, K, small, 1.0, absterm)
             if not b_pt:
                 rad = rad + _gemm_upper(absA, rb, K, small)
             if F_out is not None and F_out.name != F_acc.name:
