@@ -383,11 +383,17 @@ def _add_sub(self, prim, a, b):
     return self.new(v, lo, hi, un)
 
 
+def _corners(f, alo, ahi, blo, bhi):
+    """(min, max) of f over the four corners of [alo, ahi] x [blo, bhi] (the range of any f
+    monotone in each argument on the box), NaN-propagating."""
+    c1, c2, c3, c4 = f(alo, blo), f(alo, bhi), f(ahi, blo), f(ahi, bhi)
+    return (np.minimum(np.minimum(c1, c2), np.minimum(c3, c4)),
+            np.maximum(np.maximum(c1, c2), np.maximum(c3, c4)))
+
+
 def _mul_bounds(alo, ahi, blo, bhi):
     with np.errstate(invalid="ignore", over="ignore"):
-        p1, p2, p3, p4 = alo * blo, alo * bhi, ahi * blo, ahi * bhi
-        lo = np.minimum(np.minimum(p1, p2), np.minimum(p3, p4))
-        hi = np.maximum(np.maximum(p1, p2), np.maximum(p3, p4))
+        lo, hi = _corners(np.multiply, alo, ahi, blo, bhi)
     # 0 * inf = NaN in float64, but the set {a*b} is well defined when one factor is exactly 0
     lo = np.where(np.isnan(lo) & ~_any_nan(alo, ahi, blo, bhi), -np.inf, lo)
     hi = np.where(np.isnan(hi) & ~_any_nan(alo, ahi, blo, bhi), np.inf, hi)
@@ -415,9 +421,7 @@ def _div(self, prim, a, b):
     v, (alo, ahi), (blo, bhi), un, pt = _binary_prep(self, prim, a, b)
     zero = (blo <= 0) & (bhi >= 0)
     with np.errstate(invalid="ignore", over="ignore", divide="ignore"):
-        q = [alo / blo, alo / bhi, ahi / blo, ahi / bhi]
-        lo = np.minimum(np.minimum(q[0], q[1]), np.minimum(q[2], q[3]))
-        hi = np.maximum(np.maximum(q[0], q[1]), np.maximum(q[2], q[3]))
+        lo, hi = _corners(np.divide, alo, ahi, blo, bhi)
         lo, hi = _widen(lo, hi)
         lo, hi = self.round_result("div", v, lo, hi, (alo, ahi), (blo, bhi))
     if np.any(zero):
@@ -572,9 +576,7 @@ for _n in ("sin", "cos", "tan"):
 def _atan2(self, prim, y, x):
     v, (ylo, yhi), (xlo, xhi), un, _ = _binary_prep(self, prim, y, x)
     with np.errstate(all="ignore"):
-        c = [np.arctan2(ylo, xlo), np.arctan2(ylo, xhi), np.arctan2(yhi, xlo), np.arctan2(yhi, xhi)]
-        lo = np.minimum(np.minimum(c[0], c[1]), np.minimum(c[2], c[3]))
-        hi = np.maximum(np.maximum(c[0], c[1]), np.maximum(c[2], c[3]))
+        lo, hi = _corners(np.arctan2, ylo, yhi, xlo, xhi)
         # the box touches the branch cut (x <= 0, y straddling 0) or the origin: full range
         cut = (xlo <= 0) & (ylo <= 0) & (yhi >= 0)
         lo, hi = np.where(cut, -np.pi, lo), np.where(cut, np.pi, hi)
@@ -587,9 +589,7 @@ def _atan2(self, prim, y, x):
 def _pow(self, prim, a, b):
     v, (alo, ahi), (blo, bhi), un, _ = _binary_prep(self, prim, a, b)
     with np.errstate(all="ignore"):
-        c = [np.power(alo, blo), np.power(alo, bhi), np.power(ahi, blo), np.power(ahi, bhi)]
-        lo = np.minimum(np.minimum(c[0], c[1]), np.minimum(c[2], c[3]))
-        hi = np.maximum(np.maximum(c[0], c[1]), np.maximum(c[2], c[3]))
+        lo, hi = _corners(np.power, alo, ahi, blo, bhi)
         # base > 0: pow is monotone in each argument, so the corners bound the box.
         # base may be <= 0: exact only for a point integer exponent (parity), else undefined.
         neg = alo <= 0
@@ -632,9 +632,7 @@ def _floor_divide(self, prim, a, b):
     v, (alo, ahi), (blo, bhi), un, _ = _binary_prep(self, prim, a, b)
     zero = (blo <= 0) & (bhi >= 0)
     with np.errstate(all="ignore"):
-        qs = [alo / blo, alo / bhi, ahi / blo, ahi / bhi]
-        qlo = np.minimum(np.minimum(qs[0], qs[1]), np.minimum(qs[2], qs[3]))
-        qhi = np.maximum(np.maximum(qs[0], qs[1]), np.maximum(qs[2], qs[3]))
+        qlo, qhi = _corners(np.divide, alo, ahi, blo, bhi)
         qlo, qhi = _widen(qlo, qhi)
         # npy_divmod may land one step off floor(a/b) when a/b rounds across an integer
         lo, hi = np.floor(qlo) - 1, np.floor(qhi) + 1
