@@ -479,9 +479,10 @@ def _max_min(self, prim, a, b):
 
 def _monotone(f, prim_name, increasing=True, domain=None):
     """``domain``: the lower end of f's domain (sqrt, log, ...). An input interval that
-    straddles it bounds the results of the inputs inside the domain (the others give NaN,
-    which no bound contains); those elements are marked unstable (the bounds cannot decide
-    whether the result is defined) and an event is recorded."""
+    straddles it has executions that give NaN, which no bound can express and which a
+    comparison must not decide on (NaN > x is False): its lower bound stays NaN (no claim;
+    clamping it to the domain let ``where`` pick a branch that a NaN execution does not take),
+    the element is marked unstable and an event is recorded."""
     def rule(self, prim, a):
         v = self.value_of(prim, (a,), {})
         lo, hi, u, pt = self.bounds(a)
@@ -491,7 +492,6 @@ def _monotone(f, prim_name, increasing=True, domain=None):
             if np.any(cut):
                 self.note("domain", f"{prim_name}: an input interval reaches below {domain:g} "
                           "(NaN possible there)", int(np.count_nonzero(cut)))
-                lo = np.where(cut, float(domain), lo)
                 u = _or_unstable(u, cut)
         with np.errstate(all="ignore"):
             flo, fhi = f(lo), f(hi)
@@ -749,7 +749,10 @@ def _where(self, prim, c, x, y):
         hi = np.where(sure_t, xhi, np.where(sure_f, yhi, np.maximum(xhi, yhi)))
     undecided = ~(sure_t | sure_f)
     un = _or_unstable(cu, xu, yu, undecided if np.any(undecided) else None)
-    return self.new(v, lo, hi, None if un is None else np.broadcast_to(un, np.shape(lo)), xp and yp)
+    # a point only if both sides are and every condition is decided (an undecided one hulls
+    # both sides: lo < hi there, and matmul would drop that radius for a "point" operand)
+    pt = xp and yp and (self.branches == "concrete" or not np.any(undecided))
+    return self.new(v, lo, hi, None if un is None else np.broadcast_to(un, np.shape(lo)), pt)
 
 
 # =============================================================================================

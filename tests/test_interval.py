@@ -5,7 +5,7 @@
    (cancellation, near-overflow, subnormals, signed zeros, ties at branch points, sin/cos near
    multiples of pi/2, large |x|). Every node of the DAG is an output, and every element of
    every node is checked against
-     (a) the exact real result (gmpy2/MPFR at 1200 bits on the exact inputs),
+     (a) the exact real result (gmpy2/MPFR at 1200 bits on the exact inputs; erf by mpmath),
      (b) the program's own NumPy value (``iv.value``, also checked bit-identical to an eager
          run),
      (c) re-executions in the program's precision in other summation orders (sequential,
@@ -36,12 +36,14 @@ import math
 import os
 import zlib
 from dataclasses import dataclass
+from fractions import Fraction
 
 import gmpy2
 import ml_dtypes
+import mpmath
 import numpy as np
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, given, seed, settings
 from hypothesis import strategies as st
 
 import fpx
@@ -76,7 +78,7 @@ def f64(x):
 
 
 def fmt(dt):
-    return F.get(np.dtype(dt))
+    return F.get(dt if isinstance(dt, str) else np.dtype(dt))
 
 
 def _contains_fmt(big, small):
@@ -187,10 +189,34 @@ def _ewhere(a, b, c, d):
     return _NAN if _isnan(a) or _isnan(b) else (c if a > b else d)
 
 
+_HUGE = gmpy2.mpfr(2) ** 2000
+
+
+def _bounded_arg(f):
+    """sin/cos of an exact value with an enormous exponent (an exact intermediate far beyond
+    float64's range, e.g. x^8 of a large x) would make MPFR reduce the argument with as many
+    bits as the exponent -- or abort the process. Such elements are downstream of an exact
+    value beyond float64 and not checked against (a); give NaN there."""
+    def g(x):
+        return _NAN if gmpy2.is_finite(x) and abs(x) > _HUGE else f(x)
+    return g
+
+
+def _erf(x):
+    """erf at the oracle's precision with mpmath: MPFR 4.2.2's erf aborts the process at
+    >= ~1000 bits on ordinary inputs (``erf.c:246: MPFR assertion failed`` for sqrt(3))."""
+    if not gmpy2.is_finite(x) or x == 0:
+        return gmpy2.erf(x)
+    m, e = x.as_mantissa_exp()
+    with mpmath.workprec(EXACT_PREC + 20):
+        sign, man, exp, _ = mpmath.erf(mpmath.mpf((int(m), int(e))))._mpf_
+    return gmpy2.mul_2exp(gmpy2.mpfr(-man if sign else man), exp)
+
+
 _U = {name: np.frompyfunc(f, 1, 1) for name, f in {
     "exp": gmpy2.exp, "log": gmpy2.log, "sqrt": gmpy2.sqrt, "tanh": gmpy2.tanh,
-    "erf": gmpy2.erf, "sin": gmpy2.sin, "cos": gmpy2.cos, "atan": gmpy2.atan,
-    "abs": abs}.items()}
+    "erf": _erf, "sin": _bounded_arg(gmpy2.sin), "cos": _bounded_arg(gmpy2.cos),
+    "atan": gmpy2.atan, "abs": abs}.items()}
 _MAX, _MIN = np.frompyfunc(_emax, 2, 1), np.frompyfunc(_emin, 2, 1)
 _WHERE = np.frompyfunc(_ewhere, 4, 1)
 _TO_MPFR = np.frompyfunc(lambda v: gmpy2.mpfr(float(v)), 1, 1)
@@ -291,7 +317,8 @@ class Alt:
                  directed="rn", stats=None):
         self.policy = get_policy(policy)
         self.order, self.rng = order, rng
-        self.cr_transc, self.cr_cast, self.fused, self.directed = cr_transc, cr_cast, fused, directed
+        self.cr_transc, self.cr_cast = cr_transc, cr_cast
+        self.fused, self.directed = fused, directed
         self.stats = stats if stats is not None else collections.Counter()
 
     def __repr__(self):
@@ -667,7 +694,7 @@ def draw_case(data, *, ops, dtype_sets, policy, sizes=(1, 2, 3, 4, 5), max_nodes
                         for j in args]
                 push(Node(op, tuple(args)))
             continue
-        if op in ("sqrt", "log") and data.draw(st.booleans(), label="abs first"):
+        if op in ("sqrt", "log") and data.draw(st.integers(0, 3), label="abs first") > 0:
             a = push(Node("abs", (a,)))
         params = ()
         if op == "scale":
@@ -875,8 +902,8 @@ def _assert_coverage(stats, min_cases, min_elements):
     assert stats["alt_checked"] >= 3 * min_elements, stats
     skipped = sum(v for k, v in stats.items() if k.startswith("exact_skip"))
     # skips must stay rare, and so must NaN bounds ("no claim") on finite program values
-    assert skipped <= 0.15 * (stats["exact_checked"] + skipped), stats
-    assert stats["nan_bound_finite_value"] <= 0.03 * stats["value_checked"], stats
+    assert skipped <= 0.2 * (stats["exact_checked"] + skipped), stats
+    assert stats["nan_bound_finite_value"] <= 0.08 * stats["value_checked"], stats
 
 
 # =============================================================================================
@@ -888,12 +915,14 @@ def test_random_dags_numpy_policy():
     policy "numpy"; checks (a)-(d) on every element of every node."""
     stats = collections.Counter()
 
+    @seed(20251121)   # fixed seeds (hypothesis still adapts later examples to run time)
     @settings(max_examples=_n(3000), **SETTINGS)
     @given(st.data())
     def run(data):
         case, samplers, rng = draw_case(data, ops=ALL_OPS, dtype_sets=UNIFORM * 2 + MIXED,
                                         policy="numpy", max_nodes=10,
-                                        matmul_modes=("midrad", "midrad", "exact-center"))
+                                        matmul_modes=("midrad", "midrad", "exact-center",
+                                                      "fast"))
         check_case(case, samplers, rng, stats, alt_configs_for(rng, "numpy"))
 
     run()
@@ -910,6 +939,7 @@ def test_random_dags_emulated_policies(policy):
     sums; "ieee": accumulation in the program's dtypes."""
     stats = collections.Counter()
 
+    @seed(20251122 + zlib.crc32(policy.encode()))
     @settings(max_examples=_n(600), **SETTINGS)
     @given(st.data())
     def run(data):
@@ -932,18 +962,21 @@ def test_long_reductions():
     accumulation stagnates), reversed, pairwise, blocked and random-tree executions."""
     stats = collections.Counter()
 
+    @seed(20251123)
     @settings(max_examples=_n(400), **SETTINGS)
     @given(st.data())
     def run(data):
         case, samplers, rng = draw_case(data, ops=LONG_OPS, dtype_sets=UNIFORM + MIXED[:2],
                                         policy="numpy", sizes=(17, 64, 400, 2000), max_nodes=3,
                                         interval_inputs=False, max_elems=4000,
+                                        matmul_modes=("midrad", "fast"),
                                         shapes=lambda n: [(1, n), (n, 1), (2, n), (n, 2)])
         check_case(case, samplers, rng, stats, alt_configs_for(rng, "numpy"))
 
     run()
     _report("long reductions", stats)
     assert stats["violations"] == 0 and stats["alt_checked"] > _n(1000000), stats
+    assert stats["nan_bound_finite_value"] <= 0.08 * stats["value_checked"], stats
 
 
 def test_correctly_rounded_oracle_matches_formats_round():
@@ -1142,7 +1175,8 @@ def test_render_flaw_nan_bounds_are_not_inside():
     for y in (0.5, 0.0, np.nan, np.inf, -np.inf):
         assert not np.any(iv.contains(y))
     assert not Interval(0.0, 1.0).contains(np.nan)
-    assert Interval(-np.inf, np.inf).contains(np.inf) and not Interval(-np.inf, np.inf).contains(np.nan)
+    everything = Interval(-np.inf, np.inf)
+    assert everything.contains(np.inf) and not everything.contains(np.nan)
     out = _iv(fnp.sqrt, np.array([-1.0, 4.0]))
     assert not out.contains(np.nan)[0] and out.contains(2.0)[1]
 
@@ -1157,13 +1191,14 @@ def test_division_by_interval_containing_zero():
     interp, out = run_interval(lambda a, b: fnp.divide(a, b), (a, b), {})
     assert out.lo[0] == -np.inf and out.hi[0] == np.inf
     assert out.lo[2] == -np.inf and out.hi[2] == np.inf
-    assert np.isfinite(out.lo[1]) and np.isfinite(out.hi[1]) and out.contains(np.array(2.0) / 0.5)[1]
+    assert np.isfinite(out.lo[1]) and np.isfinite(out.hi[1]) and out.contains(2.0 / 0.5)[1]
     assert np.isfinite(out.lo[3]) and out.contains(0.0)[3]
     ev = [e for e in interp.events if e.kind == "division-by-zero-interval"]
     assert len(ev) == 1 and ev[0].count == 2
     # a point zero divisor as well (float32 program)
     interp, out = run_interval(lambda a, b: fnp.divide(a, b),
-                               (np.array([1.0, 1.0], np.float32), np.array([0.0, 2.0], np.float32)), {})
+                               (np.array([1.0, 1.0], np.float32),
+                                np.array([0.0, 2.0], np.float32)), {})
     assert out.hi[0] == np.inf and out.contains(np.inf)[0] and out.contains(0.5)[1]
     assert any(e.kind == "division-by-zero-interval" for e in interp.events)
 
@@ -1177,9 +1212,11 @@ def test_matmul_render_mode_agrees_on_point_inputs():
         rend = _iv(fnp.matmul, A, B, matmul="render")
         assert np.array_equal(f64(ours.value), f64(rend.value))
         assert np.all(rend.contains(ours.value)) and np.all(ours.contains(ours.value))
-        # both enclose the exact product
-        ex = f64(A) @ f64(B)
-        assert np.all(ours.lo <= ex + 1e-12 * np.abs(ex)) and np.all(ours.hi >= ex - 1e-12 * np.abs(ex))
+        # both enclose the exact product (rational arithmetic)
+        for i, j in np.ndindex(ours.shape):
+            ex = sum(Fraction(float(a)) * Fraction(float(b)) for a, b in zip(A[i], B[:, j]))
+            for iv in (ours, rend):
+                assert Fraction(float(iv.lo[i, j])) <= ex <= Fraction(float(iv.hi[i, j]))
         assert np.all((rend.lo <= ours.hi) & (ours.lo <= rend.hi))          # they overlap
 
 
@@ -1231,7 +1268,8 @@ def test_empty_arrays():
     assert iv.shape == (3,) and np.all(iv.contains(0.0))
     iv = _iv(lambda a, b: fnp.matmul(a, b), e, np.ones((3, 2), np.float32))
     assert iv.shape == (0, 2)
-    iv = _iv(lambda a, b: fnp.matmul(a, b), np.ones((2, 0), np.float32), np.ones((0, 4), np.float32))
+    iv = _iv(lambda a, b: fnp.matmul(a, b), np.ones((2, 0), np.float32),
+             np.ones((0, 4), np.float32))
     assert iv.shape == (2, 4) and np.all(iv.contains(0.0))
     for f in (fnp.exp, lambda a: fnp.cumsum(a, axis=0), lambda a: fnp.add(a, a),
               lambda a: fnp.mean(a, axis=1), lambda a: fnp.astype(a, np.float16)):
@@ -1279,23 +1317,24 @@ def test_mismatched_shapes_raise_numpys_error():
 # =============================================================================================
 # 4. Regressions: soundness bugs the property tests found in fpx.interval
 # =============================================================================================
-def test_domain_edge_sqrt_log_bound_the_defined_part():
-    # sqrt(x - y) with x, y equal up to round-off: the interval reaches below 0
+def test_domain_edge_sqrt_log_make_no_claim_and_stay_undecided():
+    # sqrt(x - y) with x, y equal up to round-off: the interval reaches below 0, so some
+    # executions give NaN: no claim (NaN lower bound), unstable, an event
     x = Interval(np.array([-1e-3, -1e-300, 1.0]), np.array([1.0, 4.0, 4.0]),
                  np.array([0.5, 0.0, 2.0], np.float32))
     interp, out = run_interval(fnp.sqrt, (x,), {})
-    assert np.all(out.contains(np.sqrt(f64(x.value)))) and np.all(out.lo[:2] <= 0.0)
-    assert np.all(out.hi >= [1.0, 2.0, 2.0])
+    assert np.all(np.isnan(out.lo[:2])) and not np.any(out.contains(f64(out.value))[:2])
+    assert out.contains(np.sqrt(2.0))[2] and not np.isnan(out.lo[2])
     assert any(e.kind == "domain" for e in interp.events)
     assert out.unstable is not None and list(out.unstable) == [True, True, False]
-    out = _iv(fnp.log, x)
-    assert out.lo[0] == -np.inf and out.contains(np.log(np.float32(0.5)))[0]
-    out = _iv(fnp.sqrt, Interval(np.array([-2.0]), np.array([-1.0]), np.array([-1.5])))
-    assert np.isnan(out.lo[0])                               # wholly outside: NaN everywhere
-    # from a program: sqrt(a*a - b*b) with a == b (cancellation) and an input interval
-    a = Interval.around(np.array([3.0], np.float32), rel=1e-6)
-    iv = _iv(lambda a: fnp.sqrt(fnp.subtract(fnp.multiply(a, a), fnp.multiply(a, a))), a)
-    assert iv.contains(0.0)[0] and iv.contains(iv.value)[0]
+    # a branch on such a value stays undecided: clamping the bound to the domain let where()
+    # pick x although an execution with log(-5e-324) = NaN takes y (found by the DAG test)
+    z = Interval(np.array([-5e-324]), np.array([5e-324]), np.array([0.0]))
+    y = np.array([-0.22])
+    iv = _iv(lambda z, y: fnp.where(fnp.greater(z, fnp.log(z)), z, y), z, y)
+    with np.errstate(all="ignore"):
+        other = np.where(np.array([-5e-324]) > np.log(np.array([-5e-324])), -5e-324, y)
+    assert other[0] == y[0] and not (iv.lo[0] > y[0] or iv.hi[0] < y[0])
 
 
 def test_accumulator_overflow_in_partial_sums():
@@ -1387,3 +1426,52 @@ def test_possibly_nan_results_make_no_claim_and_stay_undecided():
     assert iv.lo == -np.inf and iv.hi == np.inf
     iv = _iv(lambda t: fnp.where(fnp.greater(fnp.sum(t), 0.0), 1.0, -1.0), t)
     assert iv.contains(1.0) and iv.contains(-1.0)
+
+
+def _cast_probes(src, dst):
+    """Values of ``src`` next to ``dst``'s rounding boundaries: midpoints of dst's grid and
+    their neighbours in src, the overflow threshold, the subnormal range, powers of two."""
+    fs, fd = fmt(src), fmt(dst)
+    rng = np.random.default_rng(3)
+    base = np.concatenate([
+        np.exp2(rng.uniform(fd.emin - fd.p, math.log2(fd.max), 300)),
+        [1.0, 1 + 2.0 ** -8 + 2.0 ** -30, fd.max, fd.tiny, fd.smallest_subnormal,
+         fd.smallest_subnormal / 2, fd.max * (1 + 2.0 ** -(fd.p + 1))]])
+    grid = f64(F.round(base, fd, "rd"))
+    mids = grid + f64(F.ulp(grid, fd)) / 2                    # ties of dst
+    cand = np.concatenate([base, grid, mids])
+    cand = np.concatenate([cand, -cand])
+    x = f64(F.round(cand, fs))                                 # representable in src
+    x = np.concatenate([x, f64(F.next_up(x, fs)), f64(F.next_down(x, fs))])
+    x = x[np.isfinite(x)]
+    return x.astype(src)
+
+
+@pytest.mark.parametrize("src,dst", [(F64, F32), (F64, F16), (F64, BF16), (F32, F16),
+                                     (F32, BF16), (F16, BF16), (BF16, F16), (F32, "tf32")])
+def test_casts_contain_the_correctly_rounded_and_numpys_results(src, dst):
+    x = _cast_probes(src, dst)
+    for pol in ("numpy", "tf32"):
+        iv = _iv(lambda a: fnp.astype(a, dst), x, policy=pol)
+        v = f64(iv.value)
+        nanb = np.isnan(iv.lo) | np.isnan(iv.hi)
+        assert not np.any(nanb)
+        assert np.all(iv.contains(v))                         # NumPy's own conversion
+        assert np.all(iv.contains(f64(F.round(f64(x), fmt(dst)))))       # correctly rounded
+        assert np.all(iv.contains(f64(x)) | ~np.isfinite(v))             # the exact value
+        if dst == "tf32" and pol == "tf32":                   # the policy allows truncation
+            assert np.all(iv.contains(f64(F.round(f64(x), "tf32", "rz"))))
+
+
+def test_where_with_an_undecided_condition_is_not_a_point():
+    # where() of two points under an undecided condition hulls them; that hull must not be
+    # flagged a point (matmul then dropped its radius; found by the DAG test)
+    x = Interval(np.array([[-1e-3, 1.0]]), np.array([[1e-3, 2.0]]),
+                 np.array([[1e-4, 1.5]], np.float32))
+    a = np.array([[65504.0, 1.0]], np.float32)
+    b = np.array([[0.5, 7.0]], np.float32)
+    w = np.array([[1.0], [1.0]], np.float32)
+    for mode in ("midrad", "exact-center", "fast"):
+        iv = _iv(lambda x: fnp.matmul(fnp.where(fnp.greater(x, 0), a, b), w), x, matmul=mode)
+        assert iv.value[0, 0] == np.float32(65505.0)             # the program took a
+        assert iv.contains(0.5 + 1.0)[0, 0] and iv.contains(65504.0 + 1.0)[0, 0], mode
