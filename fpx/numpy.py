@@ -12,7 +12,6 @@ its own. Movement helpers (stack, tile, flip, ...) are written directly with pri
 from __future__ import annotations
 
 import builtins
-import math
 import operator
 
 import numpy as np

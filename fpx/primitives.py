@@ -21,7 +21,6 @@ so NumPy ufuncs are called directly (no per-call indirection).
 """
 from __future__ import annotations
 
-import numpy as np
 
 from fpx.core import Primitive
 
