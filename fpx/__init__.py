@@ -18,8 +18,9 @@ from fpx.trace import trace  # noqa: F401
 from fpx.interval import Interval, interval  # noqa: F401
 from fpx.classify import Verdict, classify  # noqa: F401
 from fpx import testing  # noqa: F401
+from fpx import metrics  # noqa: F401
 
 __version__ = "0.1.0"
 __all__ = ["trace", "interval", "Interval", "classify", "Verdict", "testing",
-           "formats", "policy", "numpy", "nn", "core", "Format", "FpxError",
+           "formats", "policy", "metrics", "numpy", "nn", "core", "Format", "FpxError",
            "UnsupportedOpError", "EscapedTracerError", "UnsupportedFunctionError"]
