@@ -1,0 +1,571 @@
+"""numba kernels of ``fpx.stochastic``: random rounding with counter-based random bits.
+
+Every random decision takes its bits from ``h = mix64(opkey + i·φ)`` -- the SplitMix64 output
+at position ``i`` of a stream keyed by ``opkey = mix64(sample_key ^ mix64(op_id·φ))`` (Steele,
+Lea & Flood, "Fast splittable pseudorandom number generators", OOPSLA 2014). ``i`` is the
+decision's position in the *per-sample* computation (element index, times K plus the step
+``k`` inside a dot product or sum), so a sample's bits do not depend on thread count, on how
+samples are batched or on which machine runs it.
+
+Rounding of a value ``x`` (float64, with an optional exact residual ``e``: the real result is
+``x + e``) into a format of precision ``p`` and minimum exponent ``emin``, at scale
+``s = max(⌊log2|x|⌋, emin) - p + 1``: ``q = (x + e)·2^-s = fl + f`` with ``fl = ⌊q⌋``,
+``0 <= f < 1``; the neighbours are ``fl·2^s`` and ``(fl+1)·2^s``. Modes (codes below):
+
+* ``sr``: up with probability ``f`` (``u < f``, ``u`` uniform with 53-bit resolution);
+  exact results (``f = 0``) never move.
+* ``ud``: round to nearest (ties to even), then one step up or down with probability ½ each,
+  unless the rounded value is 0 (Fuzzy PyTorch's "up-down").
+* ``cestac``: RD or RU with probability ½ each; exact results never move (Vignes 1993).
+* ``mca``: Monte Carlo arithmetic, virtual precision ``t``: ``x + 2^(⌊log2|x|⌋+1-t)·ξ`` with
+  ``ξ`` uniform in [-½, ½) on a 2^-32 grid, added exactly (TwoSum residual), then ``sr``
+  into the format -- the final rounding is unbiased, so there is no bias at binade edges
+  (Parker 1997; Frechtling & Leong 2015 for the bias of RN after the noise).
+* ``rn``: round to nearest even (no randomness).
+
+Overflow: a result beyond the format's largest finite value is ±inf (NaN for formats without
+infinities, e.g. float8_e4m3fn).
+"""
+from __future__ import annotations
+
+import math
+
+import numba
+import numpy as np
+from numba import prange
+
+from numba import types
+from numba.extending import intrinsic
+
+from fpx.kernels.elementwise import _llvm_fma
+
+MODES = {"rn": 0, "sr": 1, "ud": 2, "cestac": 3, "mca": 4}
+
+_GOLDEN = np.uint64(0x9E3779B97F4A7C15)
+_M1 = np.uint64(0xBF58476D1CE4E5B9)
+_M2 = np.uint64(0x94D049BB133111EB)
+_S30, _S27, _S31 = np.uint64(30), np.uint64(27), np.uint64(31)
+_S11, _S32, _S63 = np.uint64(11), np.uint64(32), np.uint64(63)
+_LOW32 = np.uint64(0xFFFFFFFF)
+_ONE = np.uint64(1)
+_INV53 = 2.0 ** -53
+_INV32 = 2.0 ** -32
+_F64MAX = np.finfo(np.float64).max
+
+_opts = dict(cache=True, nogil=True, error_model="numpy")
+
+
+@numba.njit(**_opts)
+def mix64(z):
+    """SplitMix64's finalizer (a bijection of uint64 with full avalanche)."""
+    z = (z ^ (z >> _S30)) * _M1
+    z = (z ^ (z >> _S27)) * _M2
+    return z ^ (z >> _S31)
+
+
+@numba.njit(**_opts)
+def op_key(sample_key, op_id):
+    return mix64(sample_key ^ mix64(np.uint64(op_id) * _GOLDEN + _M2))
+
+
+@numba.njit(**_opts)
+def bits_at(key, i):
+    return mix64(key + np.uint64(i) * _GOLDEN)
+
+
+@intrinsic
+def _f2i(typingctx, x):
+    def codegen(context, builder, signature, args):
+        return builder.bitcast(args[0], context.get_value_type(types.int64))
+    return types.int64(types.float64), codegen
+
+
+@intrinsic
+def _i2f(typingctx, i):
+    def codegen(context, builder, signature, args):
+        return builder.bitcast(args[0], context.get_value_type(types.float64))
+    return types.float64(types.int64), codegen
+
+
+@numba.njit(**_opts)
+def _pow2(n):
+    """2.0**n for -1022 <= n <= 1023, built from its bits."""
+    return _i2f(np.int64(n + 1023) << 52)
+
+
+@numba.njit(**_opts)
+def round_small(x, e, h, mode, p, emin, maxv, nan_ovf, t):
+    """:func:`round1` for formats whose grid spacing is a float64 normal (p <= 26, emin >=
+    -996): powers of two from bits, no libm calls, so loops over it vectorize."""
+    b = _f2i(x)
+    ef = (b >> 52) & 0x7FF
+    if ef == 0x7FF:                      # inf, nan
+        return x
+    if mode == 4:
+        if x != 0.0:
+            xi = np.float64(h >> _S32) * _INV32 - 0.5
+            nz = xi * _pow2(ef - 1023 + 1 - t)
+            s = x + nz
+            e = e + two_sum_err(x, nz, s)
+            x = s
+            b = _f2i(x)
+            ef = (b >> 52) & 0x7FF
+        u = np.float64(h & _LOW32) * _INV32
+    else:
+        u = np.float64(h >> _S11) * _INV53
+    E = max(ef - 1023, emin)
+    sh = E - p + 1
+    q = x * _pow2(-sh)
+    fl = math.floor(q)
+    f = q - fl
+    if e != 0.0:
+        f += e * _pow2(-sh)
+        adj = math.floor(f)
+        fl += adj
+        f -= adj
+    if mode == 1 or mode == 4:
+        k = fl + 1.0 if u < f else fl
+    elif mode == 3:
+        k = fl + 1.0 if (f != 0.0 and (h >> _S63) == _ONE) else fl
+    else:
+        k = fl + 1.0 if (f > 0.5 or (f == 0.5 and fl - 2.0 * math.floor(0.5 * fl) != 0.0)) else fl
+        if mode == 2 and k != 0.0:
+            up = (h >> _S63) == _ONE
+            ak = abs(k)
+            top = _pow2(p)
+            if up == (k > 0.0):
+                step = 2.0 if ak == top else 1.0
+            else:
+                step = 0.5 if (ak == 0.5 * top and E > emin) else 1.0
+            k = k + step if up else k - step
+    r = k * _pow2(sh)
+    if abs(r) > maxv:
+        r = math.copysign(math.nan if nan_ovf else math.inf, r)
+    return r
+
+
+@numba.njit(**_opts)
+def rounder(x, e, h, mode, p, emin, maxv, nan_ovf, t):
+    """Dispatch: bit-built powers of two where they fit, else ldexp (float64 targets)."""
+    if p <= 26:
+        return round_small(x, e, h, mode, p, emin, maxv, nan_ovf, t)
+    return round1(x, e, h, mode, p, emin, maxv, nan_ovf, t)
+
+
+@numba.njit(**_opts)
+def _exponent(x):
+    """⌊log2|x|⌋ for finite nonzero x."""
+    return math.frexp(x)[1] - 1
+
+
+@numba.njit(**_opts)
+def two_sum_err(a, b, s):
+    bb = s - a
+    return (a - (s - bb)) + (b - bb)
+
+
+@numba.njit(**_opts)
+def round1(x, e, h, mode, p, emin, maxv, nan_ovf, t):
+    """Round ``x + e`` into the format (p, emin, maxv) with ``mode`` using random bits ``h``."""
+    if not (abs(x) <= _F64MAX):          # inf, nan: unchanged
+        return x
+    if mode == 4:                        # mca: exact noise of relative size 2^-t, then sr
+        if x != 0.0:
+            xi = np.float64(h >> _S32) * _INV32 - 0.5
+            nz = math.ldexp(xi, _exponent(x) + 1 - t)
+            s = x + nz
+            e = e + two_sum_err(x, nz, s)
+            x = s
+        u = np.float64(h & _LOW32) * _INV32
+    else:
+        u = np.float64(h >> _S11) * _INV53
+    if x == 0.0:
+        return x
+    E = max(_exponent(x), emin)
+    sh = E - p + 1
+    q = math.ldexp(x, -sh)
+    fl = math.floor(q)
+    f = q - fl
+    if e != 0.0:
+        f += math.ldexp(e, -sh)
+        adj = math.floor(f)
+        fl += adj
+        f -= adj
+    if mode == 1 or mode == 4:
+        k = fl + 1.0 if u < f else fl
+    elif mode == 3:
+        k = fl + 1.0 if (f != 0.0 and (h >> _S63) == _ONE) else fl
+    else:
+        k = fl + 1.0 if (f > 0.5 or (f == 0.5 and fl - 2.0 * math.floor(0.5 * fl) != 0.0)) else fl
+        if mode == 2 and k != 0.0:
+            up = (h >> _S63) == _ONE
+            ak = abs(k)
+            away = up == (k > 0.0)
+            top = math.ldexp(1.0, p)
+            if away:
+                step = 2.0 if ak == top else 1.0
+            else:
+                step = 0.5 if (ak == 0.5 * top and E > emin) else 1.0
+            k = k + step if up else k - step
+    r = math.ldexp(k, sh)
+    if abs(r) > maxv:
+        r = math.copysign(math.nan if nan_ovf else math.inf, r)
+    return r
+
+
+# ---------------------------------------------------------------------------------------------
+# Elementwise: one random rounding per element
+# ---------------------------------------------------------------------------------------------
+@numba.njit(parallel=True, **_opts)
+def round_rows(x, e, keys, op_id, mode, p, emin, maxv, nan_ovf, t, out):
+    """out[s, i] = round(x[s', i] + e[s'', i]) with sample s's bits; x/e rows may be 1 (shared).
+
+    x, e: (Sx, n), (Se, n) float64 with Sx, Se in {1, S}; e may have n == 0 (no residual).
+    """
+    S, n = out.shape
+    has_e = e.shape[1] == n and n > 0
+    chunk = 4096
+    nchunks = (n + chunk - 1) // chunk
+    for job in prange(S * nchunks):
+        s = job // nchunks
+        c0 = (job % nchunks) * chunk
+        c1 = min(n, c0 + chunk)
+        key = op_key(keys[s], op_id)
+        xs = s if x.shape[0] > 1 else 0
+        es = s if e.shape[0] > 1 else 0
+        for i in range(c0, c1):
+            ei = e[es, i] if has_e else 0.0
+            out[s, i] = rounder(x[xs, i], ei, bits_at(key, i), mode, p, emin, maxv, nan_ovf, t)
+
+
+# ---------------------------------------------------------------------------------------------
+# Error-free transforms for float64 targets
+# ---------------------------------------------------------------------------------------------
+@numba.njit(parallel=True, **_opts)
+def eft_binary(op, a, b, y, e):
+    """y = fl(a op b), e = the exact error (add/sub: TwoSum; mul: FMA; div, the remainder
+    ``fma(-y, b, a)/b`` rounded, whose sign and size fix the random rounding to 2^-53)."""
+    n = y.shape[0]
+    for i in prange(n):
+        ai, bi = a[i], b[i]
+        if op == 0:
+            s = ai + bi
+            y[i] = s
+            e[i] = two_sum_err(ai, bi, s) if abs(s) <= _F64MAX else 0.0
+        elif op == 1:
+            s = ai - bi
+            y[i] = s
+            e[i] = two_sum_err(ai, -bi, s) if abs(s) <= _F64MAX else 0.0
+        elif op == 2:
+            s = ai * bi
+            y[i] = s
+            e[i] = _llvm_fma(ai, bi, -s) if abs(s) <= _F64MAX else 0.0
+        else:
+            s = ai / bi
+            y[i] = s
+            if abs(s) <= _F64MAX and s != 0.0 and bi != 0.0:
+                e[i] = _llvm_fma(-s, bi, ai) / bi
+            else:
+                e[i] = 0.0
+
+
+@numba.njit(parallel=True, **_opts)
+def eft_sqrt(a, y, e):
+    """y = fl(sqrt(a)), e ≈ (a - y²)/(2y) (exact remainder by FMA)."""
+    n = y.shape[0]
+    for i in prange(n):
+        ai = a[i]
+        s = math.sqrt(ai) if ai >= 0.0 else math.nan
+        y[i] = s
+        if s > 0.0 and s <= _F64MAX:
+            e[i] = _llvm_fma(-s, s, ai) / (2.0 * s)
+        else:
+            e[i] = 0.0
+
+
+# ---------------------------------------------------------------------------------------------
+# Flop granularity: dot products and sums with every multiply and add randomly rounded
+# ---------------------------------------------------------------------------------------------
+@numba.njit(**_opts)
+def _mul_round(a, b, h, mode, p, emin, maxv, nan_ovf, t, f64):
+    y = a * b
+    e = 0.0
+    if f64 and abs(y) <= _F64MAX:
+        e = _llvm_fma(a, b, -y)
+    return rounder(y, e, h, mode, p, emin, maxv, nan_ovf, t)
+
+
+@numba.njit(**_opts)
+def _add_round(a, b, h, mode, p, emin, maxv, nan_ovf, t):
+    s = a + b
+    e = two_sum_err(a, b, s) if abs(s) <= _F64MAX else 0.0
+    return rounder(s, e, h, mode, p, emin, maxv, nan_ovf, t)
+
+
+@numba.njit(parallel=True, **_opts)
+def matmul_flop(A, B, keys, op_prod, op_add, mode, fp, fa, t, pairwise, out):
+    """out[s, g, m, n] = Σ_k A[s, g, m, k]·B[s, g, k, n] with each product rounded into the
+    product format ``fp`` and each partial sum into the accumulation format ``fa``
+    (fp/fa = (p, emin, maxv, nan_ovf) tuples). Order: sequential over k (k = 0, 1, ...), or a
+    balanced pairwise tree (pairs (0,1), (2,3), ..., then pairs of those). A is (SA, GA, M, K)
+    and B (SB, GB, K, N), C-contiguous, with SA, SB in {1, S} and GA, GB in {1, G} (shared). Bits: product k of output o uses position o·K + k of
+    stream ``op_prod``; the add that brings in term k uses position o·K + k of ``op_add``.
+    """
+    S, G, M, N = out.shape
+    K = A.shape[3]
+    pp, pe, pm, pn = fp
+    ap, ae, am, an = fa
+    f64 = pp == 53
+    for job in prange(S * G * M):
+        s = job // (G * M)
+        g = (job // M) % G
+        m = job % M
+        kp = op_key(keys[s], op_prod)
+        ka = op_key(keys[s], op_add)
+        base = ((g * M + m) * N) * K
+        arow = A[s if A.shape[0] > 1 else 0, g if A.shape[1] > 1 else 0, m]
+        bmat = B[s if B.shape[0] > 1 else 0, g if B.shape[1] > 1 else 0]
+        if K == 0:
+            for n in range(N):
+                out[s, g, m, n] = 0.0
+            continue
+        if not pairwise:
+            acc = np.empty(N)
+            a0 = arow[0]
+            for n in range(N):
+                acc[n] = _mul_round(a0, bmat[0, n], bits_at(kp, base + n * K),
+                                    mode, pp, pe, pm, pn, t, f64)
+            for k in range(1, K):
+                a = arow[k]
+                for n in range(N):
+                    i = base + n * K + k
+                    pr = _mul_round(a, bmat[k, n], bits_at(kp, i), mode, pp, pe, pm, pn, t, f64)
+                    acc[n] = _add_round(acc[n], pr, bits_at(ka, i), mode, ap, ae, am, an, t)
+            for n in range(N):
+                out[s, g, m, n] = acc[n]
+        else:
+            buf = np.empty((K, N))
+            for k in range(K):
+                a = arow[k]
+                for n in range(N):
+                    buf[k, n] = _mul_round(a, bmat[k, n], bits_at(kp, base + n * K + k),
+                                           mode, pp, pe, pm, pn, t, f64)
+            step = 1
+            while step < K:
+                for k in range(0, K - step, 2 * step):
+                    for n in range(N):
+                        buf[k, n] = _add_round(buf[k, n], buf[k + step, n],
+                                               bits_at(ka, base + n * K + k + step),
+                                               mode, ap, ae, am, an, t)
+                step *= 2
+            for n in range(N):
+                out[s, g, m, n] = buf[0, n]
+
+
+@numba.njit(parallel=True, **_opts)
+def reduce_flop(X, keys, op_id, mode, fa, t, kind, out):
+    """Sums / products / running sums along axis 2 of X (S, O, K, I), every operation randomly
+    rounded into the accumulation format ``fa``.
+
+    kind 0: sequential sum, 1: pairwise-tree sum, 2: sequential product, 3: cumulative sum
+    (out has shape (S, O, K, I) then, else (S, O, 1, I)). Bits: the operation that brings in term
+    k of output element o = (o_outer·I + i) uses position o·K + k of stream ``op_id``.
+    X may be a broadcast view.
+    """
+    S, O, K, I = X.shape
+    ap, ae, am, an = fa
+    for job in prange(S * O):
+        s = job // O
+        o = job % O
+        key = op_key(keys[s], op_id)
+        if K == 0:
+            if kind != 3:
+                for i in range(I):
+                    out[s, o, 0, i] = 1.0 if kind == 2 else 0.0
+            continue
+        if kind == 1:
+            buf = np.empty((K, I))
+            for k in range(K):
+                for i in range(I):
+                    buf[k, i] = X[s, o, k, i]
+            step = 1
+            while step < K:
+                for k in range(0, K - step, 2 * step):
+                    for i in range(I):
+                        buf[k, i] = _add_round(buf[k, i], buf[k + step, i],
+                                               bits_at(key, (o * I + i) * K + k + step),
+                                               mode, ap, ae, am, an, t)
+                step *= 2
+            for i in range(I):
+                out[s, o, 0, i] = buf[0, i]
+            continue
+        acc = np.empty(I)
+        for i in range(I):
+            acc[i] = X[s, o, 0, i]
+            if kind == 3:
+                out[s, o, 0, i] = acc[i]
+        for k in range(1, K):
+            for i in range(I):
+                h = bits_at(key, (o * I + i) * K + k)
+                if kind == 2:
+                    acc[i] = _mul_round(acc[i], X[s, o, k, i], h, mode, ap, ae, am, an, t, ap == 53)
+                else:
+                    acc[i] = _add_round(acc[i], X[s, o, k, i], h, mode, ap, ae, am, an, t)
+                if kind == 3:
+                    out[s, o, k, i] = acc[i]
+        if kind != 3:
+            for i in range(I):
+                out[s, o, 0, i] = acc[i]
+
+
+# ---------------------------------------------------------------------------------------------
+# Compensated (nearly exact) float64 dot products and sums, for op granularity in float64
+# ---------------------------------------------------------------------------------------------
+@numba.njit(parallel=True, **_opts)
+def matmul_dot2(A, B, hi, lo):
+    """hi + lo ≈ A @ B with twice float64's precision (Ogita, Rump & Oishi 2005, Dot2)."""
+    S, G, M, N = hi.shape
+    K = A.shape[3]
+    for job in prange(S * G * M):
+        s = job // (G * M)
+        g = (job // M) % G
+        m = job % M
+        sh = np.zeros(N)
+        sl = np.zeros(N)
+        for k in range(K):
+            a = A[s, g, m, k]
+            for n in range(N):
+                b = B[s, g, k, n]
+                p = a * b
+                pe = _llvm_fma(a, b, -p)
+                x = sh[n] + p
+                sl[n] += two_sum_err(sh[n], p, x) + pe
+                sh[n] = x
+        for n in range(N):
+            y = sh[n] + sl[n]
+            hi[s, g, m, n] = y
+            lo[s, g, m, n] = two_sum_err(sh[n], sl[n], y) if abs(y) <= _F64MAX else 0.0
+
+
+@numba.njit(parallel=True, **_opts)
+def sum_sum2(X, cumulative, hi, lo):
+    """Compensated sums (Sum2; Ogita, Rump & Oishi 2005) along axis 2 of X (S, O, K, I):
+    hi + lo, of shape (S, O, K, I) for running sums (``cumulative``), else (S, O, 1, I)."""
+    S, O, K, I = X.shape
+    for job in prange(S * O):
+        s = job // O
+        o = job % O
+        sh = np.zeros(I)
+        sl = np.zeros(I)
+        for k in range(K):
+            for i in range(I):
+                v = X[s, o, k, i]
+                x = sh[i] + v
+                sl[i] += two_sum_err(sh[i], v, x)
+                sh[i] = x
+                if cumulative:
+                    y = sh[i] + sl[i]
+                    hi[s, o, k, i] = y
+                    lo[s, o, k, i] = two_sum_err(sh[i], sl[i], y) if abs(y) <= _F64MAX else 0.0
+        if not cumulative:
+            for i in range(I):
+                y = sh[i] + sl[i]
+                hi[s, o, 0, i] = y
+                lo[s, o, 0, i] = two_sum_err(sh[i], sl[i], y) if abs(y) <= _F64MAX else 0.0
+
+
+# ---------------------------------------------------------------------------------------------
+# Fast path of matmul_flop for float32 products and sums (sr, ud, cestac)
+# ---------------------------------------------------------------------------------------------
+# A float32 target keeps 24 of float64's 53 significand bits; on the float64 bit pattern b of
+# a value in float32's normal range, rounding is integer arithmetic on the low d = 29 bits:
+#   sr:     (b + r) & ~(2^d - 1), r uniform on [0, 2^d): up with probability (b mod 2^d)/2^d,
+#   ud:     round-to-nearest-even by (b + 2^(d-1) - 1 + bit_d) & mask, then ± 2^d (a coin),
+#   cestac: truncate, then + 2^d on a coin when bits were dropped.
+# A carry into the exponent field is exactly the step to the next binade, so the pattern
+# arithmetic is exact there. Products of float32 values are exact in float64, sums of two
+# float32 values are exact unless their exponents differ by more than 29 (then float64's
+# rounding moves P(up) by at most 2^-29). Elements whose operands, product or sum leave the
+# normal range (subnormals, overflow, inf/NaN) are redone with the general rounder.
+_MAG = np.int64(0x7FFFFFFFFFFFFFFF)
+_F32 = (24, -126, float(np.finfo(np.float32).max), False)
+
+
+def _make_fast_matmul(MODE):
+    D = 29
+    NM = ~((np.int64(1) << D) - 1)
+    HALF = (np.int64(1) << (D - 1)) - 1
+    STEP = np.int64(1) << D
+    LO_EF, SPAN = 1023 - 126, 127 + 126
+    SH1, SH2 = np.uint64(64 - D), np.uint64(32 - D)
+    LOW = np.uint64(0xFFFFFFFF)
+
+    @numba.njit(inline="always")
+    def rnd(b, r, coin):
+        if MODE == 1:
+            return (b + r) & NM
+        if MODE == 2:
+            y = (b + HALF + ((b >> D) & 1)) & NM
+            c = np.int64(coin)
+            v = np.int64((y & _MAG) != 0) << D       # no step from zero
+            return y + ((v ^ -c) + c)                # -v when the coin says down
+        t = b & NM
+        return t + (STEP if (coin and t != b) else 0)
+
+    @numba.njit(inline="always")
+    def bad(b):
+        e = (b >> 52) & 0x7FF
+        return (((e - LO_EF) & 0xFFFF) > SPAN) & ((b & _MAG) != 0)
+
+    @numba.njit(parallel=True, nogil=True, error_model="numpy")
+    def kernel(A, B, keys, op_prod, out):
+        S, G, M, N = out.shape
+        K = A.shape[3]
+        for job in prange(S * G * M):  # noqa: B007
+            s = job // (G * M)
+            g = (job // M) % G
+            m = job % M
+            kp = op_key(keys[s], op_prod)
+            base = ((g * M + m) * N) * K
+            arow = A[s if A.shape[0] > 1 else 0, g if A.shape[1] > 1 else 0, m]
+            bmat = B[s if B.shape[0] > 1 else 0, g if B.shape[1] > 1 else 0]
+            acc = np.zeros(N)
+            flag = np.zeros(N, np.uint8)
+            for k in range(K):
+                a = arow[k]
+                brow = bmat[k]
+                nbad = 0
+                for n in range(N):
+                    h = bits_at(kp, np.uint64(base + n * K + k))
+                    b = _f2i(a * brow[n])
+                    pb = rnd(b, np.int64(h >> SH1), (h & _ONE) != 0)
+                    if k == 0:
+                        yb = pb
+                    else:
+                        yb = rnd(_f2i(acc[n] + _i2f(pb)), np.int64((h & LOW) >> SH2),
+                                 (h & np.uint64(2)) != 0)
+                    isbad = bad(b) | bad(pb) | bad(yb)
+                    nbad += isbad
+                    flag[n] = isbad
+                    acc[n] = acc[n] if isbad else _i2f(yb)
+                if nbad:
+                    for n in range(N):
+                        if flag[n]:
+                            h = bits_at(kp, np.uint64(base + n * K + k))
+                            pr = rounder(a * brow[n], 0.0, h, MODE, 24, -126, _F32[2], False, 0)
+                            acc[n] = pr if k == 0 else rounder(acc[n] + pr, 0.0, mix64(h), MODE,
+                                                               24, -126, _F32[2], False, 0)
+            for n in range(N):
+                out[s, g, m, n] = acc[n]
+    return kernel
+
+
+_FAST_MATMUL = {}
+
+
+def fast_matmul(mode_code):
+    """The float32 fast kernel for mode code 1 (sr), 2 (ud) or 3 (cestac), compiled on first use."""
+    k = _FAST_MATMUL.get(mode_code)
+    if k is None:
+        k = _FAST_MATMUL[mode_code] = _make_fast_matmul(mode_code)
+    return k
