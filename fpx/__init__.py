@@ -4,6 +4,7 @@
     rec = fpx.trace(f)(x)            # what fpx sees: the primitives f executes
     iv = fpx.interval(f)(x)          # sound round-off bounds of f's outputs
     v = fpx.classify(f, y_ref, x)    # roundoff / bug / inconclusive
+    s = fpx.stochastic(f, "sr", samples=30)(x)    # randomly rounded samples (leading axis)
     y = fpx.formats.round(x, "bf16", "sr", rng)   # exact integer-domain rounding
 
 See docs/architecture.md for the core (primitives, interpreters, tracers).
@@ -19,8 +20,9 @@ from fpx.interval import Interval, interval  # noqa: F401
 from fpx.classify import Verdict, classify  # noqa: F401
 from fpx import testing  # noqa: F401
 from fpx import metrics  # noqa: F401
+from fpx.stochastic import stochastic  # noqa: F401
 
 __version__ = "0.1.0"
-__all__ = ["trace", "interval", "Interval", "classify", "Verdict", "testing",
+__all__ = ["trace", "interval", "stochastic", "Interval", "classify", "Verdict", "testing",
            "formats", "policy", "metrics", "numpy", "nn", "core", "Format", "FpxError",
            "UnsupportedOpError", "EscapedTracerError", "UnsupportedFunctionError"]
