@@ -210,7 +210,10 @@ class StochasticInterpreter(Interpreter):
         else:
             code = _K.MODES[mode]
         op = self.next_op() if op is None else op
-        _K.round_rows(x2, e2, self.keys, op, code, *_fparams(F), int(t), out)
+        if e is None and F.name == "float32" and mode in ("sr", "ud", "cestac"):
+            _K.fast_round_rows(code)(x2, self.keys, op, out)
+        else:
+            _K.round_rows(x2, e2, self.keys, op, code, *_fparams(F), int(t), out)
         res = out.reshape((self.S,) + tuple(shape))
         res = _store(res, dtype)
         if cupy_in:
@@ -297,11 +300,13 @@ def _accurate(self, prim, vals, params, F):
                 p = v64[0] * v64[1]                     # exact for p <= 26 operands
                 s = p + v64[2]
                 return s, _two_sum_np(p, v64[2], s)
-            if prim.name in ("add", "sub"):
+            if prim.name in ("add", "sub") and F.p > 24:
                 a, b = v64
                 b = -b if prim.name == "sub" else b
                 s = a + b
                 return s, _two_sum_np(a, b, s)
+            # float32 and narrower: a float64 sum of two such values is exact unless their
+            # exponents differ by more than 29 (then P(up) moves by < 2^-29): no residual
             return self.bind_parent(prim, *v64, **params), None
         # float64 results: error-free transforms / long double
         if prim.name in _EFT_OP or prim.name == "sqrt":
@@ -475,7 +480,10 @@ def _sum_like(self, prim, a, axis, keepdims, dtype, kind):
     """kind: 'sum', 'prod' or 'cumsum'."""
     v, b, nd = self.unpack(a)
     v = _host(v)
-    out_dt = self.result_dtype(prim, [v if not b else v[:1]], {"dtype": dtype} if dtype else {})
+    dparams = {"dtype": dtype} if dtype else {}
+    if kind == "cumsum":
+        dparams["axis"] = None      # the cumsum primitive's axis is keyword-only and required
+    out_dt = self.result_dtype(prim, [v if not b else v[:1]], dparams)
     if not _is_float(out_dt):
         params = dict(axis=axis, dtype=dtype) if kind == "cumsum" else dict(
             axis=axis, keepdims=keepdims, dtype=dtype)
@@ -621,8 +629,16 @@ def _matmul(self, prim, a, b):
         op_p = self.next_op(2)
         fast = (F_prod.name == "float32" and F_acc.name == "float32" and
                 self.mode in ("sr", "ud", "cestac") and self.order == "sequential")
-        if fast:
-            _K.fast_matmul(_K.MODES[self.mode])(A4, B4, self.keys, op_p, out)
+        if fast and N < 64 and M > N:
+            # few output columns (convolutions: N = channels): loop over the long side
+            # instead, computing (Bᵀ·Aᵀ) with every decision at its natural position
+            outT = np.empty((self.S, G, N, M))
+            _K.fast_matmul(_K.MODES[self.mode])(
+                np.ascontiguousarray(np.swapaxes(B4, -1, -2)),
+                np.ascontiguousarray(np.swapaxes(A4, -1, -2)), self.keys, op_p, K, N * K, outT)
+            out = np.swapaxes(outT, -1, -2)
+        elif fast:
+            _K.fast_matmul(_K.MODES[self.mode])(A4, B4, self.keys, op_p, N * K, K, out)
         else:
             _K.matmul_flop(A4, B4, self.keys, op_p, op_p + 1, _K.MODES[self.mode],
                            _fparams(F_prod), _fparams(F_acc), int(self.t or F_acc.p),
@@ -645,9 +661,12 @@ def _matmul(self, prim, a, b):
 
 def _as_format(self, x4, batched, F_in):
     """Operands in float64, rounded into the policy's input format (e.g. tf32) with the mode
-    where they are not representable there (a conversion is a rounding operation)."""
+    when their own format is wider (a conversion is a rounding operation)."""
+    src = _fmt(x4.dtype) if _is_float(x4.dtype) else None
     x = np.ascontiguousarray(x4, np.float64)
-    if F_in.p >= 53 or bool(np.all(_formats.representable(x, F_in))):
+    if src is not None and src.p <= F_in.p and src.emin >= F_in.emin and src.max <= F_in.max:
+        return x
+    if src is None and x4.dtype.kind in "iub" and (x4.dtype.itemsize * 8 <= F_in.p):
         return x
     return np.ascontiguousarray(self.round_to(x, F_in, np.float64, batched))
 

@@ -518,7 +518,7 @@ def _make_fast_matmul(MODE):
         return (((e - LO_EF) & 0xFFFF) > SPAN) & ((b & _MAG) != 0)
 
     @numba.njit(parallel=True, nogil=True, error_model="numpy")
-    def kernel(A, B, keys, op_prod, out):
+    def kernel(A, B, keys, op_prod, sm, sn, out):
         S, G, M, N = out.shape
         K = A.shape[3]
         for job in prange(S * G * M):  # noqa: B007
@@ -526,7 +526,7 @@ def _make_fast_matmul(MODE):
             g = (job // M) % G
             m = job % M
             kp = op_key(keys[s], op_prod)
-            base = ((g * M + m) * N) * K
+            base = g * M * N * K + m * sm
             arow = A[s if A.shape[0] > 1 else 0, g if A.shape[1] > 1 else 0, m]
             bmat = B[s if B.shape[0] > 1 else 0, g if B.shape[1] > 1 else 0]
             acc = np.zeros(N)
@@ -536,7 +536,7 @@ def _make_fast_matmul(MODE):
                 brow = bmat[k]
                 nbad = 0
                 for n in range(N):
-                    h = bits_at(kp, np.uint64(base + n * K + k))
+                    h = bits_at(kp, np.uint64(base + n * sn + k))
                     b = _f2i(a * brow[n])
                     pb = rnd(b, np.int64(h >> SH1), (h & _ONE) != 0)
                     if k == 0:
@@ -551,7 +551,7 @@ def _make_fast_matmul(MODE):
                 if nbad:
                     for n in range(N):
                         if flag[n]:
-                            h = bits_at(kp, np.uint64(base + n * K + k))
+                            h = bits_at(kp, np.uint64(base + n * sn + k))
                             pr = rounder(a * brow[n], 0.0, h, MODE, 24, -126, _F32[2], False, 0)
                             acc[n] = pr if k == 0 else rounder(acc[n] + pr, 0.0, mix64(h), MODE,
                                                                24, -126, _F32[2], False, 0)
@@ -564,8 +564,76 @@ _FAST_MATMUL = {}
 
 
 def fast_matmul(mode_code):
-    """The float32 fast kernel for mode code 1 (sr), 2 (ud) or 3 (cestac), compiled on first use."""
+    """The float32 fast kernel for mode code 1 (sr), 2 (ud) or 3 (cestac), compiled on first use.
+
+    ``kernel(A, B, keys, op, sm, sn, out)``: the bits of term k of out[s, g, m, n] sit at
+    position g·M·N·K + m·sm + n·sn + k (sm = N·K, sn = K for the natural layout; a caller that
+    passes the transposed problem Bᵀ·Aᵀ swaps them, keeping every decision's position)."""
     k = _FAST_MATMUL.get(mode_code)
     if k is None:
         k = _FAST_MATMUL[mode_code] = _make_fast_matmul(mode_code)
+    return k
+
+
+def _make_fast_rows(MODE):
+    D = 29
+    NM = ~((np.int64(1) << D) - 1)
+    HALF = (np.int64(1) << (D - 1)) - 1
+    LO_EF, SPAN = 1023 - 126, 127 + 126
+    SH1 = np.uint64(64 - D)
+
+    @numba.njit(parallel=True, nogil=True, error_model="numpy")
+    def kernel(x, keys, op_id, out):
+        S, n = out.shape
+        chunk = 4096
+        nchunks = (n + chunk - 1) // chunk
+        for job in prange(S * nchunks):
+            s = job // nchunks
+            c0 = (job % nchunks) * chunk
+            c1 = min(n, c0 + chunk)
+            key = op_key(keys[s], op_id)
+            xr = x[s if x.shape[0] > 1 else 0]
+            orow = out[s]
+            nbad = 0
+            for i in range(c0, c1):
+                h = bits_at(key, np.uint64(i))
+                b = _f2i(xr[i])
+                coin = (h & _ONE) != 0
+                if MODE == 1:
+                    y = (b + np.int64(h >> SH1)) & NM
+                elif MODE == 2:
+                    y = (b + HALF + ((b >> D) & 1)) & NM
+                    c = np.int64(coin)
+                    v = np.int64((y & _MAG) != 0) << D
+                    y = y + ((v ^ -c) + c)
+                else:
+                    t = b & NM
+                    y = t + ((np.int64(1) << D) if (coin and t != b) else 0)
+                eb = (b >> 52) & 0x7FF
+                ey = (y >> 52) & 0x7FF
+                isbad = (((((eb - LO_EF) & 0xFFFF) > SPAN) & ((b & _MAG) != 0)) |
+                         ((((ey - LO_EF) & 0xFFFF) > SPAN) & ((y & _MAG) != 0)))
+                nbad += isbad
+                orow[i] = _i2f(y)
+            if nbad:
+                for i in range(c0, c1):
+                    b = _f2i(xr[i])
+                    eb = (b >> 52) & 0x7FF
+                    ey = (_f2i(orow[i]) >> 52) & 0x7FF
+                    if (((((eb - LO_EF) & 0xFFFF) > SPAN) & ((b & _MAG) != 0)) |
+                            ((((ey - LO_EF) & 0xFFFF) > SPAN) & (orow[i] != 0.0))):
+                        orow[i] = rounder(xr[i], 0.0, bits_at(key, np.uint64(i)), MODE,
+                                          24, -126, _F32[2], False, 0)
+    return kernel
+
+
+_FAST_ROWS = {}
+
+
+def fast_round_rows(mode_code):
+    """:func:`round_rows` for float32 targets without residuals, on bit patterns (sr, ud,
+    cestac), with the general rounder for elements outside float32's normal range."""
+    k = _FAST_ROWS.get(mode_code)
+    if k is None:
+        k = _FAST_ROWS[mode_code] = _make_fast_rows(mode_code)
     return k

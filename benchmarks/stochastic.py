@@ -1,0 +1,87 @@
+"""fpx.stochastic: cost per sample of randomly rounded runs of an MNIST-sized CNN.
+
+The CNN (2 conv + 2 linear, batch 64, 1x28x28 inputs, float32): conv 1->8 5x5, relu,
+max-pool 2, conv 8->16 5x5, relu, max-pool 2, linear 256->64, relu, linear 64->10; written
+once with ``fpx.nn`` (conv = im2col + one GEMM) and run as plain NumPy (eager) for the baseline.
+``fpx.stochastic(cnn, mode, samples=16)`` per sample, against that plain forward:
+
+* ``granularity="flop"`` (every multiply and add of the convolutions and linears randomly
+  rounded, sequential order), ``sr`` and ``ud``: target <= 10x per sample (PRISM in C++/SIMD
+  ~11x on MNIST, Verrou ~335x).
+* ``granularity="op"`` (each primitive's output rounded): target <= 2x per sample.
+
+Measured in one run; prints a table and a final JSON line.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import time
+
+import numpy as np
+
+import fpx
+import fpx.nn as fnn
+
+
+def make_cnn(batch=64, seed=0):
+    rng = np.random.default_rng(seed)
+
+    def w(*shape):
+        fan_in = int(np.prod(shape[1:]))
+        return (rng.standard_normal(shape) * np.sqrt(2.0 / fan_in)).astype(np.float32)
+    p = dict(c1=w(8, 1, 5, 5), b1=np.zeros(8, np.float32) + 0.01,
+             c2=w(16, 8, 5, 5), b2=np.zeros(16, np.float32) + 0.01,
+             l1=w(64, 256), lb1=np.zeros(64, np.float32) + 0.01,
+             l2=w(10, 64), lb2=np.zeros(10, np.float32))
+    x = rng.random((batch, 1, 28, 28)).astype(np.float32)
+
+    def cnn(x):
+        h = fnn.max_pool2d(fnn.relu(fnn.conv2d(x, p["c1"], p["b1"])), 2)
+        h = fnn.max_pool2d(fnn.relu(fnn.conv2d(h, p["c2"], p["b2"])), 2)
+        h = h.reshape(h.shape[0], -1)
+        h = fnn.relu(fnn.linear(h, p["l1"], p["lb1"]))
+        return fnn.linear(h, p["l2"], p["lb2"])
+    return cnn, x
+
+
+def timeit(fn, reps):
+    fn()
+    ts = []
+    for _ in range(reps):
+        t0 = time.perf_counter()
+        fn()
+        ts.append(time.perf_counter() - t0)
+    return float(np.median(ts))
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--quick", action="store_true", help="fewer repetitions (< 1 minute)")
+    args = ap.parse_args(argv)
+    reps = 3 if args.quick else 7
+    S = 16
+    cnn, x = make_cnn()
+    t_plain = timeit(lambda: cnn(x), reps * 5)
+    rows = {}
+    for gran, modes in (("flop", ("sr", "ud")), ("op", ("sr", "ud"))):
+        for mode in modes:
+            st = fpx.stochastic(cnn, mode, samples=S, granularity=gran, progress=False)
+            t = timeit(lambda st=st: st(x), reps)
+            rows[f"{gran}/{mode}"] = t / S / t_plain
+    ys = fpx.stochastic(cnn, "sr", samples=S, progress=False)(x)
+    bits = fpx.metrics.significant_bits(ys, method="cnh")
+    print(f"plain float32 forward (batch 64): {t_plain * 1e3:.2f} ms")
+    for k, r in rows.items():
+        print(f"  stochastic {k:8s}: {r:6.2f}x per sample")
+    print(f"  significant bits of the logits under sr (CNH, median): {np.median(bits):.1f}")
+    targets = {"flop/sr": 10.0, "flop/ud": 10.0, "op/sr": 2.0, "op/ud": 2.0}
+    print(json.dumps({"benchmark": "stochastic", "plain_ms": round(t_plain * 1e3, 3),
+                      "samples": S, "ratio_per_sample": {k: round(v, 2) for k, v in rows.items()},
+                      "targets": targets,
+                      "met": {k: rows[k] <= targets[k] for k in rows},
+                      "baselines": {"prism_sr": 11.0, "prism_ud": 8.0, "verrou": 335.0}}))
+
+
+if __name__ == "__main__":
+    main()
