@@ -74,6 +74,7 @@ def demo(out=sys.stdout) -> int:
         f"{np.mean(sr > 1 / 3):.4f} up (expected {(1 / 3 - np.unique(sr)[0]) / np.ptp(np.unique(sr)):.4f})\n")
 
     _demo_classify(say)
+    _demo_stochastic(say)
 
     acc = float(np.mean(np.argmax(rec.outputs, axis=1) == labels))
     say(f"(The untrained model's accuracy on the spirals is {acc:.2f}; fpx cares about its "
@@ -119,6 +120,52 @@ def _demo_classify(say):
             f"{np.max(np.abs(y.astype(np.float32) - ref)):.3g}; fpx says {v.kind.upper()}")
         if v.kind == "bug":
             say("\n".join("   " + line for line in v.report(max_items=3).splitlines()[1:]))
+    say("")
+
+
+def example_cnn(batch: int = 16, seed: int = 5):
+    """A small CNN (conv 1->4 3x3, relu, max-pool 2, conv 4->8 3x3, relu, linear 128->10),
+    fixed random weights, float32, on built-in 14x14 "digit" images (strokes drawn from a seed)."""
+    import fpx.nn as fnn
+    rng = np.random.default_rng(seed)
+
+    def w(*shape):
+        return (rng.standard_normal(shape) * np.sqrt(2.0 / np.prod(shape[1:]))).astype(np.float32)
+    c1, c2, l1 = w(4, 1, 3, 3), w(8, 4, 3, 3), w(10, 8 * 4 * 4)
+    x = np.zeros((batch, 1, 14, 14), np.float32)
+    for n in range(batch):                      # a few random strokes per image
+        for _ in range(3):
+            r0, c0 = rng.integers(1, 13, 2)
+            dr, dc = rng.integers(-1, 2, 2)
+            for t in range(8):
+                r, c = r0 + t * dr, c0 + t * dc
+                if 0 <= r < 14 and 0 <= c < 14:
+                    x[n, 0, r, c] = 1.0
+
+    def cnn(x):
+        h = fnn.max_pool2d(fnn.relu(fnn.conv2d(x, c1)), 2)
+        h = fnn.relu(fnn.conv2d(h, c2))
+        return fnn.linear(h.reshape(h.shape[0], -1), l1)
+    return cnn, x
+
+
+def _demo_stochastic(say):
+    import fpx
+    cnn, x = example_cnn()
+    say("5. How many bits are real? fpx.stochastic reruns a small CNN (float32) with every")
+    say("   multiply and add randomly rounded (16 samples each); fpx.metrics counts the bits")
+    say("   of each logit that the samples agree on (CNH estimator), and the bias vs IEEE:")
+    ieee = cnn(x)
+    for mode in ("sr", "ud"):
+        s = fpx.stochastic(cnn, mode, samples=16, progress=False)(x)
+        summ = fpx.metrics.summarize(s, reference=ieee)
+        bits = summ.bits_cnh
+        labels = np.argmax(s, axis=-1)
+        flips = int(np.sum(np.any(labels != labels[0], axis=0)))
+        say(f"   {mode:>3}: significant bits min {np.nanmin(bits):4.1f}  median "
+            f"{np.nanmedian(bits):4.1f}  (float32 has 24); predicted labels that flip across "
+            f"samples: {flips}/{x.shape[0]}")
+    say("   (see docs/stochastic.md; examples/harmonic.py reproduces Fuzzy PyTorch's figure)")
     say("")
 
 
