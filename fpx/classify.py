@@ -15,6 +15,7 @@ call a bug.
 """
 from __future__ import annotations
 
+import sys
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -22,6 +23,7 @@ import numpy as np
 from fpx import tree
 from fpx.core import concrete
 from fpx.interval import Event, Interval, run_interval
+from fpx.transform import adapt, as_array
 
 __all__ = ["classify", "Verdict"]
 
@@ -87,23 +89,67 @@ class Verdict:
 
 
 def _as_intervals(x):
-    return x if isinstance(x, Interval) else Interval(*(2 * [np.asarray(concrete(x), np.float64)]), x)
+    if isinstance(x, Interval):
+        return x
+    x = as_array(x)
+    c = concrete(x)
+    c = c.get() if hasattr(c, "get") else c
+    return Interval(*(2 * [np.asarray(c, np.float64)]), x)
+
+
+def _is_module(x) -> bool:
+    torch = sys.modules.get("torch")
+    return torch is not None and isinstance(x, torch.nn.Module)
+
+
+def _kind(v) -> str:
+    return np.dtype(getattr(concrete(as_array(v)), "dtype", np.asarray(v).dtype)).kind
 
 
 def classify(target, reference, *args, policy=None, bound: str = "rigorous",
              confidence: float = 0.999, branches: str = "hull", matmul: str = "midrad",
-             **kwargs) -> Verdict:
+             start=None, end=None, layers=None, **kwargs) -> Verdict:
     """Verdict on ``target(*args, **kwargs)`` vs ``reference`` (an array/pytree, or a function
-    of the same arguments whose own round-off is bounded too)."""
-    opts = dict(policy=policy, bound=bound, confidence=confidence, branches=branches,
-                matmul=matmul)
-    t_interp, t_out = run_interval(target, args, kwargs, **opts)
+    of the same arguments whose own round-off is bounded too).
+
+    Torch programs (``fpx.transform.adapt``): ``target`` may be a ``torch.nn.Module`` or a
+    function of torch tensors, ``reference`` torch tensors, a module or a function. When both
+    are modules, the analysis is **layer by layer** (``fpx.interop.torch.classify_layers``:
+    the paper's NN-level reduction; ``layers`` maps or lists the layer names, ``start``/``end``
+    restrict it to a contiguous range) unless ``layers=False``.
+    """
+    if layers is not False and _is_module(target) and _is_module(reference):
+        from fpx.interop.torch import classify_layers
+        return classify_layers(target, reference, *args, policy=policy, bound=bound,
+                               confidence=confidence, branches=branches, matmul=matmul,
+                               start=start, end=end, layers=layers, **kwargs)
+    if start is not None or end is not None:
+        raise ValueError("fpx.classify: start/end restrict a layer-by-layer analysis, which "
+                         "needs torch modules as target and reference")
+    ad = adapt(target, args, kwargs)
+    opts = dict(policy=ad.policy if policy is None else policy, bound=bound,
+                confidence=confidence, branches=branches, matmul=matmul)
+    t_interp, t_out = run_interval(ad.fn, ad.args, ad.kwargs, **opts)
     events = list(t_interp.events)
     if callable(reference):
-        r_interp, r_out = run_interval(reference, args, kwargs, **opts)
+        rad = adapt(reference, args, kwargs)
+        r_opts = dict(opts, policy=rad.policy if policy is None else policy)
+        r_interp, r_out = run_interval(rad.fn, rad.args, rad.kwargs, **r_opts)
         events += [Event(e.kind, f"reference: {e.what}", e.count) for e in r_interp.events]
     else:
-        r_out = reference
+        rad = None
+        r_out = tree.tree_map(as_array, reference)
+    v = _compare(t_out, r_out, events, bound)
+    v.target = ad.to_user(t_out)
+    if rad is not None:
+        v.reference = rad.to_user(r_out)
+    else:
+        v.reference = reference
+    return v
+
+
+def _compare(t_out, r_out, events, bound) -> Verdict:
+    """The verdict of target bounds ``t_out`` against reference values/bounds ``r_out``."""
     t_leaves, t_td = tree.flatten(t_out)
     r_leaves, r_td = tree.flatten(r_out)
     if len(t_leaves) != len(r_leaves):
@@ -117,8 +163,9 @@ def classify(target, reference, *args, policy=None, bound: str = "rigorous",
         if t.shape != r.shape:
             raise ValueError(f"fpx.classify: output {i} shapes differ: target {t.shape}, "
                              f"reference {r.shape}")
-        tv = np.asarray(t.value, np.float64) if not hasattr(t.value, "get") else t.value.get()
-        rv = np.asarray(r.value, np.float64) if not hasattr(r.value, "get") else r.value.get()
+        tv, rv = as_array(t.value), as_array(r.value)
+        tv = np.asarray(tv, np.float64) if not hasattr(tv, "get") else tv.get().astype(np.float64)
+        rv = np.asarray(rv, np.float64) if not hasattr(rv, "get") else rv.get().astype(np.float64)
         tlo, thi, rlo, rhi = (np.asarray(a) for a in (t.lo, t.hi, r.lo, r.hi))
         with np.errstate(invalid="ignore"):
             overlap = (rlo <= thi) & (tlo <= rhi)
@@ -143,7 +190,7 @@ def classify(target, reference, *args, policy=None, bound: str = "rigorous",
         if np.any(np.isinf(diff)):
             v.max_observed = float("inf")
         sel = fin & (diff > 0) & np.isfinite(half)
-        if sel.any() and np.asarray(concrete(t.value)).dtype.kind not in "iub":
+        if sel.any() and _kind(t.value) not in "iub":
             halfw_over_obs.append((half[sel] / diff[sel]).ravel())
         if np.any(outside):
             with np.errstate(invalid="ignore"):
@@ -160,8 +207,7 @@ def classify(target, reference, *args, policy=None, bound: str = "rigorous",
                     v.outside.append((i, tuple(int(j) for j in idx), float(rv[idx]),
                                       float(tlo[idx]), float(thi[idx]), float(tv[idx])))
         for who, iv in (("output", t), ("reference output", r)):
-            if iv.unstable is not None and np.any(iv.unstable) and \
-                    np.asarray(concrete(iv.value)).dtype.kind in "iub":
+            if iv.unstable is not None and np.any(iv.unstable) and _kind(iv.value) in "iub":
                 v.reasons.append(f"{who} {i} is an integer decided by an unstable comparison")
     if halfw_over_obs:
         v.tightness = float(np.median(np.concatenate(halfw_over_obs)))

@@ -38,7 +38,7 @@ from fpx.kernels import interval as _K
 from fpx.core import (PRIMITIVES, Interpreter, Tracer, UnsupportedOpError, concrete,
                       current_interpreter, using)
 from fpx.policy import get_policy
-from fpx.transform import check_dtype, is_array_leaf, wraps
+from fpx.transform import adapt, as_array, check_dtype, is_array_leaf, wraps
 
 __all__ = ["interval", "Interval", "IntervalInterpreter"]
 
@@ -88,7 +88,8 @@ class Interval:
 
     @property
     def dtype(self):
-        return np.asarray(self.value).dtype
+        v = as_array(self.value)
+        return v.dtype if hasattr(v, "dtype") else np.asarray(v).dtype
 
     @property
     def width(self):
@@ -100,6 +101,7 @@ class Interval:
 
     def contains(self, y):
         """Elementwise ``lo <= y <= hi``; NaN bounds or NaN ``y`` give False (never "inside")."""
+        y = as_array(y)
         y = np.asarray(concrete(y), dtype=np.float64) if not _is_cupy(y) else y.astype(np.float64)
         return (self.lo <= y) & (y <= self.hi)
 
@@ -409,9 +411,24 @@ def _any_nan(*xs):
 @_rule("mul")
 def _mul(self, prim, a, b):
     v, (alo, ahi), (blo, bhi), un, pt = _binary_prep(self, prim, a, b)
-    lo, hi = _mul_bounds(alo, ahi, blo, bhi)
+    if a is b and self._own(a):
+        # x * x of one traced value: a square, never negative (the interval product of two
+        # independent copies would go below 0 where x straddles 0 -- and a variance's sqrt
+        # would then be NaN)
+        with np.errstate(invalid="ignore", over="ignore"):
+            m_lo, m_hi = np.abs(alo), np.abs(ahi)
+            straddle = (alo < 0) & (ahi > 0)
+            lo = np.where(straddle, 0.0, np.minimum(m_lo, m_hi) ** 2)
+            hi = np.maximum(m_lo, m_hi) ** 2
+            lo = np.where(np.isnan(alo) | np.isnan(ahi), np.nan, lo)
+            hi = np.where(np.isnan(alo) | np.isnan(ahi), np.nan, hi)
+        lo, hi = _widen(lo, hi)
+    else:
+        lo, hi = _mul_bounds(alo, ahi, blo, bhi)
     with np.errstate(invalid="ignore", over="ignore"):
         lo, hi = self.round_result("mul", v, lo, hi, (alo, ahi), (blo, bhi))
+    if a is b and self._own(a):
+        lo = np.where(lo < 0, 0.0, lo)        # a rounded square is never negative
     return self.new(v, lo, hi, un)
 
 
@@ -878,6 +895,11 @@ def _reduce_sum(self, prim, a, *, axis=None, keepdims=False, dtype=None):
             lo2, hi2 = _acc_guard(lo2, hi2, s_mag, c, Facc, lambda: np.any(
                 np.isnan(lo) | np.isnan(hi), axis=axis, keepdims=keepdims))
             lo2, hi2 = _to_output(self, lo2, hi2, Facc, F_out)
+            # a floating-point sum of nonnegative terms is nonnegative in any order (rounding
+            # is monotone): keeps sum(x*x) + eps away from a NaN sqrt in variances
+            nonneg = np.all(lo >= 0, axis=axis, keepdims=keepdims)
+            if np.any(nonneg):
+                lo2 = np.where(nonneg & (lo2 < 0), 0.0, lo2)
         else:
             lo2, hi2 = np.sum(lo, axis=axis, keepdims=keepdims), np.sum(hi, axis=axis, keepdims=keepdims)
     un = None if u is None else np.any(u, axis=axis, keepdims=keepdims)
@@ -1281,6 +1303,11 @@ def interval(f=None, *, policy=None, branches: str = "hull", bound: str = "rigor
     float64 GEMM, up to 2x wider on point operands), ``"exact-center"`` (always a float64
     centre) or ``"render"`` (RENDER's per-element scalar-loop bound, numba; for comparison).
     Usable as a decorator: ``@fpx.interval`` or ``@fpx.interval(policy="cuda")``.
+
+    ``f`` may be a ``torch.nn.Module`` or a function of torch tensors (``fpx.transform.adapt``):
+    inputs are torch tensors (or Intervals whose ``value`` is one), outputs Intervals whose
+    ``value`` is a torch tensor of the program's dtype; the default policy is then torch's
+    (``fpx.interop.torch.default_policy``).
     """
     if f is None:
         return lambda g: interval(g, policy=policy, branches=branches, bound=bound,
@@ -1288,9 +1315,12 @@ def interval(f=None, *, policy=None, branches: str = "hull", bound: str = "rigor
 
     @wraps(f)
     def bounded(*args, **kwargs):
-        interp, out = run_interval(f, args, kwargs, policy=policy, branches=branches,
-                                   bound=bound, confidence=confidence, matmul=matmul)
-        return out
+        ad = adapt(f, args, kwargs)
+        interp, out = run_interval(ad.fn, ad.args, ad.kwargs,
+                                   policy=ad.policy if policy is None else policy,
+                                   branches=branches, bound=bound, confidence=confidence,
+                                   matmul=matmul)
+        return ad.to_user(out)
     return bounded
 
 

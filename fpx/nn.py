@@ -318,10 +318,12 @@ def _pad_spatial(x, pads, value):
     return fnp.pad(x, ((0, 0), (0, 0)) + tuple(pads), constant_values=value)
 
 
-def _conv_decomp(x, w, b, *, stride, padding, dilation, groups):
+def _conv_decomp(x, w, b, *, stride, padding, dilation, groups, bias_in_sum=False):
     """im2col + one matmul. x (N, C, *S), w (O, C/g, *k), b (O,) or None:
     pad; stack the prod(k) shifted strided windows into cols (N, C, K, *out); rearrange to
-    (g, C/g*K, N*P); y = w.reshape(g, O/g, C/g*K) @ cols; back to (N, O, *out); add b."""
+    (g, C/g*K, N*P); y = w.reshape(g, O/g, C/g*K) @ cols; back to (N, O, *out); add b.
+    ``bias_in_sum``: b is one more term of the matmul's sum ([w | b] @ [cols; 1]), as
+    libraries that initialise the accumulator with the bias compute it."""
     n, c = _shape(x)[:2]
     o, cg = _shape(w)[:2]
     ksize = _shape(w)[2:]
@@ -334,16 +336,24 @@ def _conv_decomp(x, w, b, *, stride, padding, dilation, groups):
     cols = fnp.stack(views, axis=2) if len(views) > 1 else fnp.expand_dims(views[0], 2)
     cols = fnp.reshape(cols, (n, g, cg * kk, p))
     cols = fnp.transpose(cols, (1, 2, 0, 3))                      # (g, C/g*K, N, P)
-    if g == 1:
-        y = _mm(fnp.reshape(w, (og, cg * kk)), fnp.reshape(cols, (cg * kk, n * p)))
-    else:
-        y = _mm(fnp.reshape(w, (g, og, cg * kk)), fnp.reshape(cols, (g, cg * kk, n * p)))
+    fused = b is not None and bias_in_sum
+    lead = (g,) if g > 1 else ()
+    wm = fnp.reshape(w, lead + (og, cg * kk))
+    cm = fnp.reshape(cols, lead + (cg * kk, n * p))
+    if fused:
+        wm = fnp.concatenate([wm, fnp.reshape(_as_dtype(b, w), lead + (og, 1))], axis=-1)
+        cm = fnp.concatenate([cm, fnp.ones(lead + (1, n * p), _dtype(cols), like=cols)], axis=-2)
+    y = _mm(wm, cm)
     y = fnp.reshape(y, (g, og, n) + out)
     y = fnp.transpose(y, (2, 0, 1) + tuple(range(3, 3 + len(out))))  # (N, g, O/g, *out)
     y = fnp.reshape(y, (n, o) + out)
-    if b is not None:
+    if b is not None and not bias_in_sum:
         y = fnp.add(y, fnp.reshape(b, (o,) + (1,) * len(out)))
     return y
+
+
+def _as_dtype(v, like):
+    return v if _dtype(v) == _dtype(like) else fnp.astype(v, _dtype(like))
 
 
 _conv = Composite("conv", _conv_decomp, kind="matmul")
@@ -377,7 +387,7 @@ def _conv_padding(padding, nd, ksize, stride, dilation):
     return pads
 
 
-def conv(x, w, b=None, stride=1, padding=0, dilation=1, groups=1):
+def conv(x, w, b=None, stride=1, padding=0, dilation=1, groups=1, *, bias_in_sum=False):
     """N-d cross-correlation with PyTorch semantics (``torch.nn.functional.conv1d/conv2d``).
 
     x: (N, C, L) / (N, C, H, W) (or unbatched without N); w: (O, C/groups, k...); b: (O,) or
@@ -390,6 +400,9 @@ def conv(x, w, b=None, stride=1, padding=0, dilation=1, groups=1):
     with g = o // (O/groups).
 
     Lowered to im2col by strided slicing and one matmul (groups as a batch dim).
+    ``bias_in_sum=True`` makes the bias one more term of that matmul's sum (a library that
+    starts the accumulator at the bias, e.g. torch's CPU convolutions: the round-off bound
+    then covers the bias in any position of the summation).
     """
     ws, xs = _shape(w), _shape(x)
     nd = len(ws) - 2
@@ -428,7 +441,10 @@ def conv(x, w, b=None, stride=1, padding=0, dilation=1, groups=1):
                              f"than the padded input {padded}")
     if b is not None and _shape(b) != (o,):
         raise ValueError(f"fpx.nn.conv: bias must have shape ({o},), got {_shape(b)}")
-    y = _conv.bind(x, w, b, stride=stride, padding=pads, dilation=dilation, groups=groups)
+    params = dict(stride=stride, padding=pads, dilation=dilation, groups=groups)
+    if bias_in_sum and b is not None:
+        params["bias_in_sum"] = True
+    y = _conv.bind(x, w, b, **params)
     return fnp.reshape(y, _shape(y)[1:]) if unbatched else y
 
 
@@ -673,8 +689,13 @@ def cross_entropy(logits, labels, reduction="mean", axis=-1):
     return _cross_entropy.bind(logits, labels, reduction=reduction, axis=ax)
 
 
-def _linear_decomp(x, w, b):
-    """y = x @ w.T + b."""
+def _linear_decomp(x, w, b, *, bias_in_sum=False):
+    """y = x @ w.T + b; with ``bias_in_sum``: y = [x | 1] @ [w | b].T (b one more term of the
+    matmul's sum, as BLAS gemm with beta=1 -- torch.addmm, F.linear -- accumulates it)."""
+    if b is not None and bias_in_sum:
+        ones = fnp.ones(_shape(x)[:-1] + (1,), _dtype(x), like=x)
+        wb = fnp.concatenate([w, fnp.reshape(_as_dtype(b, w), (-1, 1))], axis=-1)
+        return _mm(fnp.concatenate([x, ones], axis=-1), fnp.transpose(wb))
     y = _mm(x, fnp.transpose(w))
     return y if b is None else fnp.add(y, b)
 
@@ -682,11 +703,19 @@ def _linear_decomp(x, w, b):
 _linear = Composite("linear", _linear_decomp, kind="matmul")
 
 
-def linear(x, w, b=None):
-    """x @ w.T + b with w of shape (out, in) (PyTorch layout), x (..., in)."""
+def linear(x, w, b=None, *, bias_in_sum=False):
+    """x @ w.T + b with w of shape (out, in) (PyTorch layout), x (..., in).
+
+    ``bias_in_sum=True``: the bias is one more term of the matmul's sum, ``[x | 1] @ [w | b].T``
+    -- what BLAS ``gemm`` with ``beta=1`` (``torch.addmm``, ``F.linear`` on CPU) computes; a
+    round-off bound then covers the bias in any position of the accumulation. The default is
+    NumPy's ``x @ w.T + b`` (the bias added once, after the matmul).
+    """
     if _shape(w)[-1:] != _shape(x)[-1:]:
         raise ValueError(f"fpx.nn.linear: input of shape {_shape(x)} does not match weight of "
                          f"shape {_shape(w)} (expected x[..., {(_shape(w) or (0,))[-1]}])")
+    if bias_in_sum and b is not None:
+        return _linear.bind(x, w, b, bias_in_sum=True)
     return _linear.bind(x, w, b)
 
 

@@ -12,6 +12,7 @@ import numpy as np
 from fpx import tree
 from fpx.classify import classify
 from fpx.core import concrete
+from fpx.transform import as_array
 
 __all__ = ["assert_close"]
 
@@ -21,10 +22,13 @@ def assert_close(actual, expected, *, fn, args=(), kwargs=None, policy=None,
     """Pass when ``expected`` lies within the round-off bound of ``fn(*args)`` and so does
     ``actual`` (an execution of ``fn`` -- on another device, in another summation order -- must
     be inside its own bound). Fails with ``Verdict.report()`` otherwise. ``expected`` may also
-    be a function (its own round-off is then bounded too). Works on NumPy and CuPy arrays.
+    be a function (its own round-off is then bounded too). Works on NumPy and CuPy arrays,
+    and on torch: ``actual``/``expected`` may be torch tensors and ``fn`` (or ``expected``) a
+    ``torch.nn.Module`` or a function of torch tensors (``fpx.transform.adapt``).
     """
     kwargs = kwargs or {}
-    verdict = classify(fn, expected, *args, policy=policy, bound=bound, **options, **kwargs)
+    verdict = classify(fn, expected, *args, policy=policy, bound=bound, layers=False,
+                       **options, **kwargs)
     problems = []
     if verdict.kind == "bug" or (verdict.kind == "inconclusive" and not allow_inconclusive):
         problems.append(verdict.report())
@@ -34,14 +38,16 @@ def assert_close(actual, expected, *, fn, args=(), kwargs=None, policy=None,
         raise AssertionError(f"fpx.testing.assert_close: `actual` has {len(a_leaves)} outputs, "
                              f"fn has {len(t_leaves)}")
     for i, (iv, a) in enumerate(zip(t_leaves, a_leaves)):
-        a = np.asarray(concrete(a) if not hasattr(a, "get") else a.get())
+        a = concrete(as_array(a))
+        a = np.asarray(a if not hasattr(a, "get") else a.get())
         if a.shape != iv.shape:
             raise AssertionError(f"fpx.testing.assert_close: output {i}: actual shape "
                                  f"{a.shape} != fn's {iv.shape}")
         inside = np.asarray(iv.contains(a))
         a64 = a.astype(np.float64)
         both_nan = np.isnan(a64) & np.isnan(np.asarray(iv.lo))
-        own = np.asarray(concrete(iv.value), np.float64)
+        own = concrete(as_array(iv.value))
+        own = np.asarray(own if not hasattr(own, "get") else own.get(), np.float64)
         # fn's own result is a possible result, whatever its bounds (inf with NaN bounds)
         bad = ~inside & ~both_nan & ~(a64 == own)
         if np.any(bad):

@@ -16,7 +16,7 @@ import numpy as np
 
 from fpx import tree
 from fpx.core import Composite, Interpreter, Primitive, Tracer
-from fpx.transform import own, run, wraps
+from fpx.transform import adapt, own, run, wraps
 
 __all__ = ["trace", "TraceRecord", "Eqn", "Var"]
 
@@ -158,7 +158,9 @@ def trace(f, *, inline: bool = False):
 
     ``record.outputs`` holds ``f``'s outputs (evaluated by the parent interpreter), so the
     record is also a pytree and nests: ``trace(trace(f))(x)``. ``inline=True`` shows composites
-    (mean, einsum, softmax, ...) as the primitives they decompose into.
+    (mean, einsum, softmax, ...) as the primitives they decompose into. A torch module (or a
+    function of torch tensors) is traced through the program ``fpx.interop.torch`` builds from
+    it; ``record.outputs`` are then torch tensors.
     """
     @wraps(f)
     def traced(*args, **kwargs):
@@ -168,9 +170,11 @@ def trace(f, *, inline: bool = False):
             t = TraceTracer(interp, x, interp.new_var(x))
             invars.append(t.tvar)
             return t
-        interp, out = run(lambda p: TraceInterpreter(p, inline), make, f, args, kwargs)
+        ad = adapt(f, args, kwargs)
+        interp, out = run(lambda p: TraceInterpreter(p, inline), make, ad.fn, ad.args,
+                          ad.kwargs)
         leaves, td = tree.flatten(out)
         outvars = [x.tvar if own(interp, x) else x for x in leaves]
         values = tree.unflatten(td, [x.primal if own(interp, x) else x for x in leaves])
-        return TraceRecord(invars, interp.eqns, outvars, values)
+        return ad.to_user(TraceRecord(invars, interp.eqns, outvars, values))
     return traced

@@ -9,6 +9,7 @@ rejected with a clear error.
 from __future__ import annotations
 
 import functools
+import sys
 from typing import Callable
 
 import numpy as np
@@ -70,3 +71,84 @@ def wraps(f):
         except (AttributeError, TypeError):
             return g
     return deco
+
+
+# --------------------------------------------------------------------------------------------
+# Adapters: programs written in another framework (torch modules and functions)
+# --------------------------------------------------------------------------------------------
+def _is_torch(x) -> bool:
+    return type(x).__module__.split(".")[0] == "torch"
+
+
+def as_array(x):
+    """A NumPy (CPU) or CuPy (CUDA) array for a torch tensor, sharing memory where the dtype
+    allows (bfloat16/float8 through a bit-view into ml_dtypes); anything else unchanged.
+    Imports torch only when handed a torch object."""
+    if _is_torch(x) and hasattr(x, "dtype") and hasattr(x, "detach"):
+        from fpx.interop.torch import to_array
+        return to_array(x)
+    return x
+
+
+class Adapted:
+    """What a transform runs for a user's ``f`` on ``args``: see :func:`adapt`.
+
+    ``fn``: a function of NumPy/CuPy arrays (what the transform traces); ``args``/``kwargs``:
+    the user's inputs with framework tensors replaced by arrays (and fpx ``Interval`` inputs
+    kept, their ``value`` converted); ``to_user(out)``: the transform's outputs (a pytree) in the
+    user's types; ``policy``: the precision policy that describes the framework's arithmetic on
+    the inputs' device, used where the user gave none (``None``: the transform's default);
+    ``framework``: ``None`` (NumPy/CuPy program, nothing converted) or ``"torch"``;
+    ``program``: the framework adapter's own object (``fpx.interop.torch.TorchProgram``).
+    """
+
+    __slots__ = ("fn", "args", "kwargs", "to_user", "policy", "framework", "program")
+
+    def __init__(self, fn, args, kwargs, to_user=None, policy=None, framework=None,
+                 program=None):
+        self.fn, self.args, self.kwargs = fn, tuple(args), dict(kwargs or {})
+        self.to_user = to_user if to_user is not None else (lambda out: out)
+        self.policy, self.framework, self.program = policy, framework, program
+
+    def __repr__(self):
+        return f"Adapted({getattr(self.fn, '__name__', self.fn)!r}, framework={self.framework!r})"
+
+
+def adapt(f, args=(), kwargs=None) -> Adapted:
+    """The one entry every transform calls on its function before tracing it.
+
+    * ``f`` a plain function with NumPy/CuPy (or fpx) inputs: returned unchanged
+      (``framework=None``; ``to_user`` is the identity).
+    * ``f`` a ``torch.nn.Module``, or any callable given at least one ``torch.Tensor`` among
+      its inputs (a function of torch tensors): ``fn`` is the fpx program that
+      :mod:`fpx.interop.torch` builds from it (``torch.export`` + core-ATen interpreter, or the
+      ``TorchDispatchMode`` fallback for programs ``export`` rejects), with the module's
+      parameters and buffers bound as constants; ``args`` hold NumPy arrays (CPU tensors,
+      zero-copy) or CuPy arrays (CUDA tensors, via DLPack); ``to_user`` turns array leaves of
+      the outputs back into torch tensors of the same dtype (float64/32/16, bfloat16, float8)
+      on the inputs' device, and ``Interval`` leaves into ``Interval``s whose ``value`` is such a
+      tensor (``lo``/``hi`` stay float64 arrays); a leaf object with a method
+      ``_fpx_convert(convert)`` is replaced by what it returns (``convert`` maps one array to
+      the user's type), so other transforms' result types can opt in; other leaves pass through.
+      ``policy`` is ``fpx.interop.torch``'s policy for torch's CPU kernels (``"cuda"``/``"tf32"``
+      for CUDA inputs, following ``torch.backends.cuda.matmul.allow_tf32``).
+
+    Torch is imported only when ``f`` or an input is a torch object, so fpx itself never needs
+    it. The built program is cached per module/function and input signature (shapes, dtypes,
+    devices); parameters are read afresh on every call.
+    """
+    kwargs = kwargs or {}
+    torch = sys.modules.get("torch")
+    if torch is not None:
+        is_module = isinstance(f, torch.nn.Module)
+        if is_module or _has_torch_leaf((args, kwargs)):
+            from fpx.interop import torch as _fit
+            return _fit.adapt(f, args, kwargs)
+    return Adapted(f, args, kwargs)
+
+
+def _has_torch_leaf(x) -> bool:
+    for leaf in tree.flatten(x)[0]:
+        if _is_torch(leaf) or _is_torch(getattr(leaf, "value", None)):
+            return True
+    return False

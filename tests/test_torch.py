@@ -1,0 +1,431 @@
+"""fpx.interop.torch: torch modules and functions under every transform (issue 5).
+
+Containment is the soundness check: the interval bound of a module must contain the module's
+own (eager) output, its float64 output and its ``torch.compile`` output, elementwise.
+"""
+from __future__ import annotations
+
+import copy
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+nn = torch.nn
+F = torch.nn.functional
+
+import fpx  # noqa: E402
+import fpx.interop.torch as fit  # noqa: E402
+from fpx.transform import adapt  # noqa: E402
+
+pytestmark = [pytest.mark.filterwarnings("ignore::DeprecationWarning"),
+              pytest.mark.filterwarnings("ignore::FutureWarning"),
+              pytest.mark.filterwarnings("ignore::UserWarning")]
+
+
+# ---------------------------------------------------------------------------------------------
+# models
+# ---------------------------------------------------------------------------------------------
+def mlp():
+    torch.manual_seed(0)
+    return nn.Sequential(nn.Linear(8, 32), nn.GELU(), nn.Linear(32, 16), nn.Tanh(),
+                         nn.Linear(16, 4), nn.Softmax(-1)).eval()
+
+
+class CNN(nn.Module):
+    """conv (padding, stride, groups, no bias), eval batch norm, relu, max/avg/adaptive pool."""
+
+    def __init__(self):
+        super().__init__()
+        torch.manual_seed(1)
+        self.c1 = nn.Conv2d(3, 8, 3, padding=1)
+        self.bn = nn.BatchNorm2d(8)
+        self.c2 = nn.Conv2d(8, 8, 3, stride=2, groups=2, bias=False)
+        self.fc = nn.Linear(8, 5)
+        with torch.no_grad():
+            self.bn.running_mean.uniform_(-1, 1)
+            self.bn.running_var.uniform_(0.5, 2)
+            self.bn.weight.uniform_(0.5, 1.5)
+            self.bn.bias.uniform_(-0.5, 0.5)
+
+    def forward(self, x):
+        x = F.relu(self.bn(self.c1(x)))
+        x = F.max_pool2d(x, 2)
+        x = F.avg_pool2d(self.c2(x) + 1.0, 1)
+        x = F.adaptive_avg_pool2d(x, 1).flatten(1)
+        return self.fc(x)
+
+
+def encoder():
+    torch.manual_seed(2)
+    return nn.TransformerEncoderLayer(16, 4, 32, batch_first=True, dropout=0.0).eval()
+
+
+class RNN(nn.Module):
+    def __init__(self):
+        super().__init__()
+        torch.manual_seed(3)
+        self.lstm = nn.LSTM(4, 6, num_layers=2, batch_first=True)
+        self.gru = nn.GRU(6, 5, batch_first=True)
+
+    def forward(self, x):
+        y, _ = self.lstm(x)
+        z, _ = self.gru(y)
+        return z
+
+
+def _inputs(name, dtype=torch.float32):
+    g = torch.Generator().manual_seed(10)
+    shape = {"mlp": (5, 8), "cnn": (2, 3, 8, 8), "encoder": (2, 5, 16), "rnn": (2, 3, 4)}[name]
+    return torch.randn(shape, generator=g).to(dtype)
+
+
+MODELS = {"mlp": mlp, "cnn": lambda: CNN().eval(), "encoder": encoder, "rnn": lambda: RNN().eval()}
+
+
+def _run(m, x):
+    with torch.no_grad():
+        return m(x)
+
+
+# ---------------------------------------------------------------------------------------------
+# conversion and the adapter
+# ---------------------------------------------------------------------------------------------
+@pytest.mark.parametrize("dt", [torch.float64, torch.float32, torch.float16, torch.bfloat16,
+                                torch.float8_e4m3fn, torch.int64, torch.bool])
+def test_tensor_array_roundtrip(dt):
+    t = (torch.randn(3, 4) * 3).to(dt)
+    a = fit.to_array(t)
+    assert a.shape == (3, 4) and a.dtype == fit.np_dtype(dt)
+    back = fit.to_tensor(a)
+    assert back.dtype == dt and torch.equal(back.view(torch.uint8), t.view(torch.uint8)) \
+        if dt.itemsize == 1 else torch.equal(back, t)
+    if dt in (torch.float32, torch.bfloat16):        # zero-copy both ways on the CPU
+        assert a.__array_interface__["data"][0] == t.data_ptr()
+        assert back.data_ptr() == t.data_ptr()
+
+
+def test_to_tensor_of_views_and_scalars():
+    a = np.arange(12, dtype=np.float32).reshape(3, 4)
+    assert torch.equal(fit.to_tensor(a[:, ::-1]), torch.from_numpy(a[:, ::-1].copy()))
+    assert torch.equal(fit.to_tensor(np.broadcast_to(a[0], (2, 4))),
+                       torch.from_numpy(np.broadcast_to(a[0], (2, 4)).copy()))
+    assert fit.to_tensor(np.float32(2.5)).dtype == torch.float32
+
+
+def test_adapt_passes_plain_functions_through():
+    f = lambda x: x * 2  # noqa: E731
+    x = np.ones(3)
+    ad = adapt(f, (x,))
+    assert ad.fn is f and ad.framework is None and ad.policy is None
+    assert ad.to_user(x) is x
+
+
+def test_adapt_torch_module_contract():
+    m = mlp()
+    x = _inputs("mlp")
+    ad = adapt(m, (x,))
+    assert ad.framework == "torch" and ad.policy is fit.TORCH_CPU
+    assert isinstance(ad.args[0], np.ndarray) and ad.args[0].dtype == np.float32
+    out = ad.fn(*ad.args)
+    assert isinstance(out, np.ndarray)
+    y = ad.to_user(out)
+    assert isinstance(y, torch.Tensor) and y.dtype == torch.float32
+    torch.testing.assert_close(y, _run(m, x), rtol=1e-5, atol=1e-6)
+    assert adapt(m, (x,)).program is ad.program        # cached per module and signature
+
+
+def test_fpx_imports_without_torch():
+    code = ("import sys; sys.modules['torch'] = None\n"
+            "import numpy as np, fpx\n"
+            "iv = fpx.interval(lambda x: np.tanh(x) * 2)(np.ones(3, np.float32))\n"
+            "assert iv.contains(np.tanh(np.ones(3)) * 2).all()\n"
+            "print('ok')")
+    env = dict(os.environ, PYTHONPATH=os.path.dirname(os.path.dirname(__file__)))
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env)
+    assert r.returncode == 0 and "ok" in r.stdout, r.stderr
+
+
+# ---------------------------------------------------------------------------------------------
+# from_module
+# ---------------------------------------------------------------------------------------------
+def test_from_module_is_a_pure_function():
+    m = mlp()
+    x = _inputs("mlp")
+    fn, params = fit.from_module(m, (x,))
+    assert set(params) == {k for k, _ in m.named_parameters()}
+    y = fn(params, x.numpy())
+    np.testing.assert_allclose(y, _run(m, x).numpy(), rtol=1e-5, atol=1e-6)
+    # other parameters, same program
+    p2 = {k: v * 0 for k, v in params.items()}
+    np.testing.assert_allclose(fn(p2, x.numpy()), np.full((5, 4), 0.25, np.float32))
+
+
+@pytest.mark.parametrize("name", list(MODELS))
+def test_from_module_matches_torch(name):
+    m = MODELS[name]()
+    x = _inputs(name)
+    fn, params = fit.from_module(m, (x,))
+    np.testing.assert_allclose(fn(params, x.numpy()), _run(m, x).numpy(), rtol=2e-4,
+                               atol=2e-5)
+
+
+# ---------------------------------------------------------------------------------------------
+# interval: containment of eager, float64 and compiled outputs
+# ---------------------------------------------------------------------------------------------
+def _compiled_output(name, m, x):
+    """torch.compile (inductor, CPU) output, or a skip with the reason if it cannot run."""
+    try:
+        c = torch.compile(m)
+        with torch.no_grad():
+            return c(x)
+    except Exception as e:   # pragma: no cover - no C++ toolchain
+        pytest.skip(f"torch.compile (inductor on CPU) is unavailable here: {type(e).__name__}: "
+                    f"{str(e)[:200]}")
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("name", list(MODELS))
+def test_interval_contains_eager_float64_and_compiled(name, dtype):
+    m = MODELS[name]().to(dtype)
+    x = _inputs(name, dtype)
+    iv = fpx.interval(m)(x)
+    assert isinstance(iv, fpx.Interval)
+    assert isinstance(iv.value, torch.Tensor) and iv.value.dtype == dtype
+    assert iv.lo.dtype == np.float64 and iv.shape == tuple(x.shape[:-1]) + (iv.shape[-1],) \
+        if name != "cnn" else iv.shape == (2, 5)
+    y = _run(m, x)
+    assert iv.contains(y).all(), "module's own output outside the bound"
+    assert iv.contains(iv.value).all()
+    m64 = copy.deepcopy(m).double()
+    assert iv.contains(_run(m64, x.double())).all(), "float64 output outside the bound"
+    assert np.isfinite(iv.width).all()
+    if dtype == torch.float32:
+        yc = _compiled_output(name, m, x)
+        assert iv.contains(yc).all(), "torch.compile output outside the bound"
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.float64])
+def test_interval_dtypes_preserved(dtype):
+    m = mlp().to(dtype)
+    x = _inputs("mlp", dtype)
+    iv = fpx.interval(m)(x)
+    assert iv.value.dtype == dtype
+    assert iv.contains(_run(m, x)).all()
+    if dtype == torch.float64:
+        assert float(iv.width.max()) < 1e-12
+
+
+def test_interval_many_inputs_float32():
+    """Containment over many random inputs (several batches) for the MLP and the encoder."""
+    g = torch.Generator().manual_seed(5)
+    for make, shape in ((mlp, (64, 8)), (encoder, (4, 7, 16))):
+        m = make()
+        for scale in (0.1, 1.0, 8.0):
+            x = torch.randn(shape, generator=g) * scale
+            iv = fpx.interval(m)(x)
+            assert iv.contains(_run(m, x)).all()
+            assert iv.contains(_run(copy.deepcopy(m).double(), x.double())).all()
+
+
+def test_interval_of_a_function_of_tensors():
+    g = torch.Generator().manual_seed(0)
+    a, b = torch.randn(4, 3, generator=g), torch.randn(3, 2, generator=g)
+    f = lambda a, b: torch.tanh(a @ b) * 2 - torch.sigmoid(a).sum(-1, keepdim=True)  # noqa: E731
+    iv = fpx.interval(f)(a, b)
+    assert iv.value.dtype == torch.float32
+    assert iv.contains(f(a, b)).all() and iv.contains(f(a.double(), b.double())).all()
+
+
+def test_interval_inputs_as_intervals():
+    m = mlp()
+    x = _inputs("mlp")
+    xin = fpx.Interval(x.double().numpy() - 1e-3, x.double().numpy() + 1e-3, x)
+    iv = fpx.interval(m)(xin)
+    assert iv.contains(_run(m, x + 1e-3)).all() and iv.contains(_run(m, x - 1e-3)).all()
+
+
+def test_torch_policy_covers_torch_gelu():
+    """torch's vectorized float32 erf (inside gelu) is the A&S 7.1.26 polynomial: up to ~7e-7
+    absolute, more than NumPy's erf. The torch policy bounds it; the numpy policy would not."""
+    x = torch.linspace(-5, 5, 200001)
+    iv = fpx.interval(F.gelu)(x)
+    assert iv.contains(F.gelu(x)).all()
+    assert fit.TORCH_CPU.accuracy("erf", "float32").absolute > 6.9e-7
+    iv_np = fpx.interval(F.gelu, policy="numpy")(x)
+    assert not iv_np.contains(F.gelu(x)).all()
+
+
+# ---------------------------------------------------------------------------------------------
+# trace
+# ---------------------------------------------------------------------------------------------
+def test_trace_lists_the_ops():
+    rec = fpx.trace(mlp())(_inputs("mlp"))
+    assert rec.primitives == ["linear", "gelu", "linear", "tanh", "linear", "softmax"]
+    assert isinstance(rec.outputs, torch.Tensor)
+    rec = fpx.trace(CNN().eval())(_inputs("cnn"))
+    for op in ("conv", "relu", "max_pool", "avg_pool", "linear"):
+        assert op in rec.primitives
+    rec = fpx.trace(encoder())(_inputs("encoder"))
+    for op in ("linear", "scaled_dot_product_attention", "layer_norm", "relu"):
+        assert op in rec.primitives
+    rec = fpx.trace(RNN())(_inputs("rnn"))
+    for op in ("linear", "sigmoid", "tanh", "mul"):
+        assert op in rec.primitives
+
+
+# ---------------------------------------------------------------------------------------------
+# ops coverage: attention, embedding, losses
+# ---------------------------------------------------------------------------------------------
+class EmbedAttend(nn.Module):
+    def __init__(self):
+        super().__init__()
+        torch.manual_seed(4)
+        self.emb = nn.Embedding(10, 6)
+        self.mha = nn.MultiheadAttention(6, 2, batch_first=True)
+
+    def forward(self, ids, labels):
+        h = self.emb(ids)
+        a, w = self.mha(h, h, h)
+        logits = a.sum(1)[:, :5]
+        return F.cross_entropy(logits, labels), w
+
+
+def test_embedding_attention_cross_entropy():
+    m = EmbedAttend().eval()
+    ids = torch.randint(0, 10, (2, 3), generator=torch.Generator().manual_seed(0))
+    labels = torch.tensor([1, 4])
+    loss, w = fpx.interval(m)(ids, labels)
+    with torch.no_grad():
+        yl, yw = m(ids, labels)
+    assert loss.contains(yl).all() and w.contains(yw).all()
+
+
+@pytest.mark.parametrize("causal", [False, True])
+def test_sdpa_composite(causal):
+    g = torch.Generator().manual_seed(1)
+    q, k, v = (torch.randn(2, 2, 5, 8, generator=g) for _ in range(3))
+    f = lambda q, k, v: F.scaled_dot_product_attention(q, k, v, is_causal=causal)  # noqa
+    rec = fpx.trace(f)(q, k, v)
+    assert rec.primitives == ["scaled_dot_product_attention"]
+    iv = fpx.interval(f)(q, k, v)
+    assert iv.contains(f(q, k, v)).all()
+    assert iv.contains(f(q.double(), k.double(), v.double())).all()
+
+
+def test_misc_ops():
+    g = torch.Generator().manual_seed(2)
+    x = torch.randn(3, 6, generator=g)
+
+    def f(x):
+        y = torch.clamp(x, -1, 1) + F.leaky_relu(x, 0.1) + F.elu(x) + F.softplus(x)
+        y = y + x.pow(2) - x.abs().sqrt() + torch.exp(-x.square())
+        z = torch.cat([y, y.flip(-1)], -1).view(3, 2, 6).permute(2, 0, 1).reshape(6, 6)
+        w = torch.where(z > 0, z, z * 0.5).cumsum(0).mean(0, keepdim=True)
+        s = F.log_softmax(z, -1).amax(-1) + z.var(-1) + z.std(0)
+        return w, s, z.argmax(-1), F.pad(x, (1, 2), value=0.5)[:, ::2]
+    outs = fpx.interval(f)(x)
+    ref = f(x)
+    for iv, r in zip(outs, ref):
+        assert iv.contains(r).all()
+
+
+# ---------------------------------------------------------------------------------------------
+# errors and the fallback
+# ---------------------------------------------------------------------------------------------
+class UsesLgamma(nn.Module):
+    def forward(self, x):
+        return torch.lgamma(x.abs() + 1)
+
+
+def test_unmapped_op_raises_naming_it():
+    with pytest.raises(fit.UnmappedOpError, match=r"aten\.lgamma\.default"):
+        fpx.interval(UsesLgamma())(torch.ones(3))
+    with pytest.raises(fit.UnmappedOpError, match=r"aten\.lgamma\.default"):
+        fpx.trace(UsesLgamma())(torch.ones(3))
+
+
+class DataDependent(nn.Module):
+    """Python control flow on tensor values: torch.export rejects it."""
+
+    def __init__(self):
+        super().__init__()
+        torch.manual_seed(5)
+        self.a, self.b = nn.Linear(4, 4), nn.Linear(4, 4)
+
+    def forward(self, x):
+        y = torch.relu(self.a(x))
+        n = 0
+        while y.norm() > 0.5 and n < 20:
+            y = y * 0.5
+            n += 1
+        if y.sum() > 0:
+            return self.b(y) * 2
+        return y - 1
+
+
+def test_data_dependent_control_flow_runs_through_the_fallback():
+    m = DataDependent()
+    x = torch.randn(3, 4, generator=torch.Generator().manual_seed(3))
+    assert fit.program_for(m, (x,)).mode == "dispatch"
+    iv = fpx.interval(m)(x)
+    assert iv.contains(_run(m, x)).all()
+    rec = fpx.trace(m)(x)
+    assert rec.primitives.count("gt") >= 2 and "linear" in rec.primitives
+    fn, params = fit.from_module(m, (x,))
+    np.testing.assert_allclose(fn(params, x.numpy()), _run(m, x).numpy(), rtol=1e-6)
+
+
+def test_fallback_unmapped_op_names_the_aten_op():
+    def f(x):
+        return torch.lgamma(x) if x.sum() > 0 else torch.lgamma(-x)
+    with pytest.raises(fit.UnmappedOpError, match=r"aten\.lgamma\.default"):
+        fpx.interval(f)(torch.ones(3))
+
+
+def test_fallback_records_unstable_control_flow():
+    """A branch decided by a value the bound cannot decide makes classify inconclusive."""
+    def f(x):
+        s = x.sum()
+        return x * 2 if s > 0 else x * 3
+    x = torch.tensor([1.0, -1.0 + 2 ** -23, 2 ** -30])      # sum ~ 0: undecidable
+    v = fpx.classify(f, f(x.double()).float(), x)
+    assert v.kind == "inconclusive"
+    assert any(e.kind == "unstable-control-flow" for e in v.events)
+
+
+def test_training_mode_batch_norm_is_refused():
+    m = nn.Sequential(nn.Conv2d(3, 4, 3), nn.BatchNorm2d(4)).train()
+    with pytest.raises(fpx.FpxError, match="eval"):
+        fpx.interval(m)(torch.randn(2, 3, 6, 6))
+
+
+# ---------------------------------------------------------------------------------------------
+# classify / assert_close on torch
+# ---------------------------------------------------------------------------------------------
+def test_classify_module_against_tensors():
+    m = mlp()
+    x = _inputs("mlp")
+    ref = _run(copy.deepcopy(m).double(), x.double())
+    v = fpx.classify(m, ref, x)
+    assert v.kind == "roundoff"
+    assert isinstance(v.target.value, torch.Tensor)
+    v = fpx.classify(m, ref * 1.01, x)
+    assert v.kind == "bug"
+
+
+def test_assert_close_with_torch():
+    m = mlp()
+    x = _inputs("mlp")
+    y = _run(m, x)
+    ref = _run(copy.deepcopy(m).double(), x.double())
+    fpx.testing.assert_close(y, ref, fn=m, args=(x,))
+    fpx.testing.assert_close(y.to(torch.bfloat16).float() * 0 + y, ref, fn=m, args=(x,))
+    with pytest.raises(AssertionError):
+        fpx.testing.assert_close(y, ref + 1e-3, fn=m, args=(x,))
+    m16 = copy.deepcopy(m).to(torch.bfloat16)
+    x16 = x.to(torch.bfloat16)
+    fpx.testing.assert_close(_run(m16, x16), ref, fn=m16, args=(x16,))
