@@ -598,6 +598,15 @@ def _atan2(self, prim, y, x):
         lo, hi = np.where(cut, -np.pi, lo), np.where(cut, np.pi, hi)
         lo, hi = _widen(lo, hi, _LIBM64_ULPS)
         lo, hi = self.round_result("atan2", v, lo, hi, (ylo, yhi), (xlo, xhi))
+    jump = cut & ~((ylo == yhi) & (xlo == xhi))
+    if np.any(jump):
+        # the sign of y (a zero's sign included) decides between +pi and -pi: a discontinuity
+        # round-off can flip, like floor/sign (unstable), reported so that a verdict resting
+        # on the whole [-pi, pi] says so
+        self.note("branch-cut", "atan2(y, x) with x <= 0 and y's bound straddling 0: the "
+                  "result may jump between +pi and -pi (bound: the whole [-pi, pi])",
+                  int(np.count_nonzero(jump)))
+        un = _or_unstable(un, jump)
     return self.new(v, lo, hi, un)
 
 

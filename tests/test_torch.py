@@ -429,3 +429,90 @@ def test_assert_close_with_torch():
     m16 = copy.deepcopy(m).to(torch.bfloat16)
     x16 = x.to(torch.bfloat16)
     fpx.testing.assert_close(_run(m16, x16), ref, fn=m16, args=(x16,))
+
+
+# ---------------------------------------------------------------------------------------------
+# the examples (real cases of the kind RENDER studied)
+# ---------------------------------------------------------------------------------------------
+def _example(name):
+    import importlib.util
+    path = os.path.join(os.path.dirname(os.path.dirname(__file__)), "examples", f"{name}.py")
+    spec = importlib.util.spec_from_file_location(f"fpx_example_{name}", path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def test_example_gradient_accumulation():
+    ex = _example("torch_grad_accumulation")
+    ids, labels = ex.batch()
+    with torch.no_grad():
+        logits = ex.TinyLM().eval()(ids)
+    v = fpx.classify(ex.per_microbatch_mean, ex.full_batch_loss, logits, labels)
+    assert v.kind == "bug" and v.n_outside == 1
+    v = fpx.classify(ex.per_token_sum, ex.full_batch_loss, logits, labels)
+    assert v.kind == "roundoff"
+    # the loss of the model itself (module -> loss) is the same story
+    loss_bug = lambda ids, labels: ex.per_microbatch_mean(ex_model(ids), labels)  # noqa: E731
+    loss_ref = lambda ids, labels: ex.full_batch_loss(ex_model(ids), labels)  # noqa: E731
+    ex_model = ex.TinyLM().eval()
+    assert fpx.classify(loss_bug, loss_ref, ids, labels).kind == "bug"
+
+
+@pytest.mark.parametrize("bound", ["rigorous", "probabilistic"])
+def test_example_tanh_atan2(bound):
+    ex = _example("torch_tanh_atan2")
+    y, x = ex.inputs()
+    t, r = ex.target(y, x), ex.reference(y, x)
+    jumps = (t - r).abs() > 6
+    assert int(jumps.sum()) == 2
+    v = fpx.classify(ex.target, ex.reference, y, x, bound=bound)
+    assert v.kind == "roundoff" and v.rigorous == (bound == "rigorous")
+    assert any(e.kind == "branch-cut" for e in v.events)
+    iv = v.target
+    assert np.all(iv.unstable[jumps.numpy()])
+    np.testing.assert_allclose(iv.lo[jumps.numpy()], -np.pi, rtol=1e-6)
+    np.testing.assert_allclose(iv.hi[jumps.numpy()], np.pi, rtol=1e-6)
+    # elsewhere the bound is narrow: the cancellation of hand_tanh, not the whole range
+    assert float(np.max(iv.width[~jumps.numpy()])) < 1e-2
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_example_attention(dtype):
+    ex = _example("torch_attention")
+    fused, explicit, twice, x = ex.cases(dtype)
+    v = fpx.classify(fused, explicit, x)
+    assert v.kind == "roundoff", v.report()
+    assert [n for n, _ in v.layers] == ["embed", "attn", "norm", "head"]
+    w = fpx.classify(twice, explicit, x)
+    assert w.kind == "bug" and w.first_bug == "attn"
+    assert [lv.kind for _, lv in w.layers][:2] == ["roundoff", "bug"]
+    assert "first layer whose reference output leaves the target's bound: attn" in w.report()
+    # start/end restrict the analysis to a contiguous range of layers
+    w2 = fpx.classify(twice, explicit, x, start="norm", end="head")
+    assert [n for n, _ in w2.layers] == ["norm", "head"] and w2.kind == "roundoff"
+    w3 = fpx.classify(twice, explicit, x, start=1, end=1)
+    assert [n for n, _ in w3.layers] == ["attn"] and w3.kind == "bug"
+    # whole-program classify of the two models (layers=False) agrees
+    assert fpx.classify(fused, explicit, x, layers=False).kind == "roundoff"
+    if dtype == torch.float32:
+        assert fpx.classify(twice, explicit, x, layers=False).kind == "bug"
+
+
+def test_layer_mapping_by_names():
+    ex = _example("torch_attention")
+    fused, explicit, twice, x = ex.cases()
+    v = fpx.classify(twice, explicit, x, layers={"attn": "attn", "head": "head"})
+    assert [n for n, _ in v.layers] == ["attn", "head"] and v.first_bug == "attn"
+    with pytest.raises(ValueError, match="nope"):
+        fpx.classify(twice, explicit, x, start="nope")
+
+
+def test_example_compile_vs_eager():
+    ex = _example("torch_compile")
+    model = ex.Net().eval()
+    x = torch.randn(8, 3, 8, 8, generator=torch.Generator().manual_seed(0))
+    fused = _compiled_output("net", model, x)
+    v = fpx.classify(model, fused, x)
+    assert v.kind == "roundoff"
+    fpx.testing.assert_close(fused, _run(model, x), fn=model, args=(x,))
