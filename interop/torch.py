@@ -74,6 +74,10 @@ _TORCH_OF = {v: k for k, v in _NP_OF.items()}
 _BITS = {torch.bfloat16: (torch.int16, np.int16), torch.float8_e4m3fn: (torch.uint8, np.uint8),
          torch.float8_e5m2: (torch.uint8, np.uint8)}
 _HALF = (np.dtype(np.float16), np.dtype(_BF16))
+
+# torch's structseq results (``x.max(1)`` -> ``torch.return_types.max``) are pytree nodes
+for _cls in getattr(torch.return_types, "all_return_types", []):
+    tree.register_node(_cls, lambda x: (list(x), None), lambda aux, ch, _cls=_cls: _cls(ch))
 _F32 = np.dtype(np.float32)
 
 
@@ -212,9 +216,13 @@ def register_aten(*names):
 _op = register_aten
 
 
+_REFUSED = {"aten.sym_size.int", "aten.sym_numel", "aten.sym_stride.int",
+            "aten.sym_storage_offset"}
+
+
 def covered_ops() -> list[str]:
     """The ATen ops (and overloads) with an fpx mapping, sorted."""
-    return sorted(ATEN_OPS)
+    return sorted(k for k in ATEN_OPS if k not in _REFUSED and k.startswith("aten."))
 
 
 # -- helpers ----------------------------------------------------------------------------------
@@ -358,6 +366,43 @@ _op("aten.silu")(_elementwise(fnn.silu))
 _op("aten.maximum")(_elementwise(fnp.maximum))
 _op("aten.minimum")(_elementwise(fnp.minimum))
 _op("aten.remainder")(_elementwise(fnp.remainder))
+
+
+@_op("aten.fmod")
+def _fmod(ctx, a, b):
+    """C fmod (the sign of the dividend), on integers: remainder, moved toward 0."""
+    if _is_float(ctx.dtype):
+        raise UnmappedOpError(ctx.op, " on floating-point tensors (an exact fmod has no fpx "
+                                      "primitive)")
+    a, b = _cast(a, ctx.dtype), _cast(b, ctx.dtype)
+    r = fnp.remainder(a, b)
+    off = fnp.logical_and(fnp.not_equal(r, 0),
+                          fnp.not_equal(fnp.less(r, 0), fnp.less(a, 0)))
+    return fnp.where(off, fnp.subtract(r, b), r)
+
+
+@_op("aten.linalg_vector_norm")
+def _vector_norm(ctx, x, ord=2, dim=None, keepdim=False, *, dtype=None):
+    """||x||_ord over ``dim``: sqrt(sum(x*x)) (2), sum|x| (1), max|x| (inf), min|x| (-inf),
+    count of nonzeros (0), sum(|x|^p)^(1/p) otherwise; in opmath, rounded once."""
+    y, out = _acc(ctx, x, dtype)
+    axes = _dims(dim, len(_shape(x)))
+    a = fnp.abs(y)
+    if ord == 2:
+        r = fnp.sqrt(fnp.sum(fnp.multiply(y, y), axes, keepdims=keepdim))
+    elif ord == 1:
+        r = fnp.sum(a, axes, keepdims=keepdim)
+    elif ord == math.inf:
+        r = fnp.max(a, axes, keepdims=keepdim)
+    elif ord == -math.inf:
+        r = fnp.min(a, axes, keepdims=keepdim)
+    elif ord == 0:
+        r = fnp.sum(fnp.astype(fnp.not_equal(y, 0), _dt(y)), axes, keepdims=keepdim)
+    else:
+        p = _cast(ord, _dt(y))
+        r = fnp.power(fnp.sum(fnp.power(a, p), axes, keepdims=keepdim),
+                      _cast(1.0 / ord, _dt(y)))
+    return _cast(r, out)
 _op("aten.floor_divide")(_elementwise(fnp.floor_divide))
 
 

@@ -516,3 +516,59 @@ def test_example_compile_vs_eager():
     v = fpx.classify(model, fused, x)
     assert v.kind == "roundoff"
     fpx.testing.assert_close(fused, _run(model, x), fn=model, args=(x,))
+
+
+OPS = {
+    "div_modes": lambda x, y: (x / y, torch.div(x, y, rounding_mode="floor"),
+                               torch.div(x, y, rounding_mode="trunc")),
+    "unary": lambda x, y: (torch.rsqrt(x.abs() + 1), torch.reciprocal(y), torch.sin(x),
+                           torch.cos(y), torch.atan2(x, y), torch.expm1(x), torch.log1p(x.abs()),
+                           torch.erf(x), torch.sigmoid(y), F.silu(x), F.hardtanh(y),
+                           torch.log10(x.abs() + 1), torch.exp2(x), torch.sinh(x)),
+    "index": lambda x, y: (x.index_select(1, torch.tensor([2, 0])),
+                           x.gather(1, torch.tensor([[0, 1], [2, 3], [1, 1]])),
+                           x.roll(1, 1), x.roll(2), torch.tril(x), torch.triu(x, 1),
+                           x.repeat(2, 1), x[torch.tensor([2, 0])], x[:, torch.tensor([1, 3])]),
+    "split": lambda x, y: (*x.chunk(2, 1), *x.split([1, 3], 1), *x.unbind(0),
+                           torch.stack([x, y], 1), x.narrow(1, 1, 2)),
+    "reduce": lambda x, y: (x.max(1), x.min(0).values, x.prod(1), (x > 0).any(1),
+                            (x > -3).all(), x.sum(), x.mean(), x.amin((0, 1))),
+    "masks": lambda x, y: (x.masked_fill(x > 0, 0.5), torch.where(x > y, x, 1.0),
+                           torch.maximum(x, y), torch.minimum(x, y), x.clamp(min=0),
+                           (x > 0) & (y < 0), ~(x > 0), torch.logical_xor(x > 0, y > 0)),
+    "matmuls": lambda x, y: (torch.addmm(y[:3, :3], x, y.T), torch.baddbmm(
+        x[None, :, :3], x[None], y.T[None]), x @ y.T, torch.mm(x, y.T), torch.bmm(x[None], y.T[None])),
+    "norms": lambda x, y: (F.layer_norm(x, (4,)), F.layer_norm(x, (3, 4)),
+                           F.normalize(x, dim=1), F.softmax(x, 0), F.log_softmax(y, 1),
+                           torch.linalg.vector_norm(x, 1, 0), x.norm(dim=1),
+                           torch.linalg.vector_norm(x, float("inf"))),
+    "ints": lambda x, y: (torch.arange(4) * 2 + 1, torch.arange(1, 7, 2).float() / 3,
+                          x.argmax(1), x.argmin(), torch.full((2, 2), 3.0) + x[:2, :2],
+                          torch.zeros_like(x) + torch.ones(4), x.new_zeros(3)),
+}
+
+
+@pytest.mark.parametrize("name", list(OPS))
+def test_op_mappings_match_torch_and_are_bounded(name):
+    g = torch.Generator().manual_seed(3)
+    x, y = torch.randn(3, 4, generator=g), torch.randn(3, 4, generator=g) + 0.1
+    f = OPS[name]
+    ref = _pytree_leaves(f(x, y))
+    fn, params = fit.from_module(f, (x, y))
+    got = _pytree_leaves(fn(params, x.numpy(), y.numpy()))
+    assert len(got) == len(ref)
+    for a, b in zip(got, ref):
+        np.testing.assert_allclose(np.asarray(a, np.float64), b.double().numpy(), rtol=2e-6,
+                                   atol=1e-6)
+        assert np.asarray(a).dtype == fit.np_dtype(b.dtype)
+    ivs = _pytree_leaves(fpx.interval(f)(x, y))
+    ref64 = _pytree_leaves(f(x.double(), y.double()))
+    for iv, b, b64 in zip(ivs, ref, ref64):
+        assert iv.contains(b).all()
+        if b.is_floating_point():
+            assert iv.contains(b64).all()
+
+
+def _pytree_leaves(t):
+    import torch.utils._pytree as pt
+    return pt.tree_leaves(t)
