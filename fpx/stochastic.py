@@ -278,14 +278,22 @@ def _rounded(self, prim, *args, **params):
         return self.new(self.bind_parent(prim, *vals, **params), anyb)
     F = _fmt(dt)
     if self.mode == "mca" and self.mca_mode in ("pb", "mca"):
-        vals = [self.round_to(_f64(v), _fmt(np.asarray(v).dtype) or F, np.float64,
-                              self._own(a) and a.batched, mode="mca")
-                if _is_float(np.asarray(v).dtype) and not np.isscalar(v) else v
-                for v, a in zip(vals, args)]
-        anyb = anyb or any(not np.isscalar(v) for v in vals)
-        vals = [v.reshape(v.shape[:1] + (1,) * (max(np.ndim(w) for w in vals) - v.ndim) +
-                          v.shape[1:]) if not np.isscalar(v) and v.ndim < max(
-                              np.ndim(w) for w in vals) else v for v in vals]
+        # perturb the floating-point array operands; an unbatched one gains the sample axis
+        # and, like aligned() does for batched ones, 1s up to the widest operand's rank.
+        # Operands left alone (integer arrays, scalars) keep their shape: NumPy broadcasting
+        # lines them up from the right.
+        us = [self.unpack(a) for a in args]
+        nd = max((u[2] for u in us), default=0)
+        new = []
+        for v, (_, b, n) in zip(vals, us):
+            if _is_float(np.asarray(v).dtype) and not np.isscalar(v):
+                v = self.round_to(_f64(v), _fmt(np.asarray(v).dtype) or F, np.float64, b,
+                                  mode="mca")
+                if not b and n < nd:
+                    v = v.reshape(v.shape[:1] + (1,) * (nd - n) + v.shape[1:])
+                anyb = True
+            new.append(v)
+        vals = new
     out_mode = "rn" if (self.mode == "mca" and self.mca_mode == "pb") else None
     y, e = _accurate(self, prim, vals, params, F)
     return self.new(self.round_to(y, F, dt, anyb, e=e, mode=out_mode), True)
@@ -619,7 +627,8 @@ def _matmul(self, prim, a, b):
         return r
 
     if not _is_float(out_dt):       # integer / bool matmul: exact
-        return self.new(finish(np.matmul(A4, B4)), ba or bb)
+        r = finish(np.matmul(A4, B4))
+        return self.new(r if (ba or bb) else r[0], ba or bb)   # unbatched: no sample axis
     prec = self.policy.resolve("matmul", out_dt)
     F_in, F_prod, F_acc, F_out = prec.input, prec.compute, prec.accumulate, prec.output
     A4 = _as_format(self, A4, ba, F_in)
@@ -668,7 +677,9 @@ def _as_format(self, x4, batched, F_in):
         return x
     if src is None and x4.dtype.kind in "iub" and (x4.dtype.itemsize * 8 <= F_in.p):
         return x
-    return np.ascontiguousarray(self.round_to(x, F_in, np.float64, batched))
+    # round_to gives every sample its own rounding: an unbatched (1, G, R, C) operand becomes
+    # (S, G, R, C), so hand it the per-sample array
+    return np.ascontiguousarray(self.round_to(x if batched else x[0], F_in, np.float64, batched))
 
 
 # =============================================================================================
@@ -722,15 +733,18 @@ def stochastic(f=None, mode: str = "sr", *, samples: int = 10, seed: int = 0, po
 
 def _run(f, args, kwargs, S, options, executor, progress):
     from tqdm.auto import tqdm
+    if executor is not None:
+        _check_fork_safe(executor)
     chunks = ([list(range(S))] if (executor is None and options["vectorize"])
               else [[i] for i in range(S)])
     if executor is not None and options["vectorize"]:
         n = max(1, min(S, 2 * _workers(executor)))
         chunks = [list(c) for c in np.array_split(np.arange(S), n) if len(c)]
-    bar = tqdm(total=S, delay=2.0, disable=(progress is False) or None, unit="sample",
-               desc="fpx.stochastic") if progress is not False else None
-    if progress is True and bar is not None:
-        bar.disable = False
+    # progress=None: tqdm's own choice (shown on a terminal, after 2 s); True: always shown.
+    # (A bar built disabled cannot be switched on later: it lacks the display state.)
+    bar = None if progress is False else tqdm(
+        total=S, delay=0.0 if progress is True else 2.0,
+        disable=False if progress is True else None, unit="sample", desc="fpx.stochastic")
     results = [None] * len(chunks)
     try:
         if executor is None:
@@ -761,6 +775,31 @@ def _run(f, args, kwargs, S, options, executor, progress):
         else:
             out.append(x)
     return tree.unflatten(td, out)
+
+
+def _check_fork_safe(executor):
+    """A worker forked from a process whose numba kernels already ran on GNU OpenMP is killed
+    by numba (SIGTERM: GNU OpenMP is not fork-safe) at its first kernel, and the pool only
+    reports BrokenProcessPool: say what happened and how to avoid it instead."""
+    ctx = getattr(executor, "_mp_context", None)       # concurrent.futures.ProcessPoolExecutor
+    try:
+        if ctx is None or ctx.get_start_method() != "fork":
+            return
+        import numba
+        layer = numba.threading_layer()                 # ValueError: no parallel kernel ran yet
+    except Exception:
+        return
+    if layer != "omp":
+        return
+    from numba.np.ufunc import omppool
+    if getattr(omppool, "openmp_vendor", "GNU") != "GNU":
+        return
+    raise RuntimeError(
+        "fpx.stochastic: this ProcessPoolExecutor starts its workers with fork(), but this "
+        "process has already run numba kernels on GNU OpenMP, which is not fork-safe (the "
+        "workers would be killed). Create the executor with "
+        "mp_context=multiprocessing.get_context('spawn') or 'forkserver' (or install tbb "
+        "for numba's fork-safe threading layer).")
 
 
 def _workers(executor) -> int:

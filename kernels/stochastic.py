@@ -104,7 +104,9 @@ def round_small(x, e, h, mode, p, emin, maxv, nan_ovf, t):
     if mode == 4:
         if x != 0.0:
             xi = np.float64(h >> _S32) * _INV32 - 0.5
-            nz = xi * _pow2(ef - 1023 + 1 - t)
+            ne = ef - 1023 + 1 - t
+            # _pow2 needs ne >= -1022 (garbage bits below): |x| < 2^(t-1022) takes ldexp
+            nz = xi * (_pow2(ne) if ne >= -1022 else math.ldexp(1.0, _exponent(x) + 1 - t))
             s = x + nz
             e = e + two_sum_err(x, nz, s)
             x = s
@@ -123,6 +125,16 @@ def round_small(x, e, h, mode, p, emin, maxv, nan_ovf, t):
         adj = math.floor(f)
         fl += adj
         f -= adj
+        half = _pow2(p - 1)
+        if E > emin and (fl < half if fl >= 0.0 else (fl > -half or (fl == -half and f > 0.0))):
+            # x = ±2^E and the residual points to zero: x + e lies in the binade below,
+            # whose spacing is half as large (its neighbours are pred(2^E) and 2^E)
+            f = 2.0 * f
+            adj = math.floor(f)
+            fl = 2.0 * fl + adj
+            f -= adj
+            sh -= 1
+            E -= 1
     if mode == 1 or mode == 4:
         k = fl + 1.0 if u < f else fl
     elif mode == 3:
@@ -191,6 +203,16 @@ def round1(x, e, h, mode, p, emin, maxv, nan_ovf, t):
         adj = math.floor(f)
         fl += adj
         f -= adj
+        half = math.ldexp(1.0, p - 1)
+        if E > emin and (fl < half if fl >= 0.0 else (fl > -half or (fl == -half and f > 0.0))):
+            # x = ±2^E and the residual points to zero: x + e lies in the binade below,
+            # whose spacing is half as large (its neighbours are pred(2^E) and 2^E)
+            f = 2.0 * f
+            adj = math.floor(f)
+            fl = 2.0 * fl + adj
+            f -= adj
+            sh -= 1
+            E -= 1
     if mode == 1 or mode == 4:
         k = fl + 1.0 if u < f else fl
     elif mode == 3:
@@ -442,6 +464,10 @@ def matmul_dot2(A, B, hi, lo):
                 sl[n] += two_sum_err(sh[n], p, x) + pe
                 sh[n] = x
         for n in range(N):
+            if not (abs(sh[n]) <= _F64MAX):      # inf/nan operands or overflow: the plain
+                hi[s, g, m, n] = sh[n]            # sum (sl is nan there: inf - inf)
+                lo[s, g, m, n] = 0.0
+                continue
             y = sh[n] + sl[n]
             hi[s, g, m, n] = y
             lo[s, g, m, n] = two_sum_err(sh[n], sl[n], y) if abs(y) <= _F64MAX else 0.0
@@ -464,14 +490,23 @@ def sum_sum2(X, cumulative, hi, lo):
                 sl[i] += two_sum_err(sh[i], v, x)
                 sh[i] = x
                 if cumulative:
-                    y = sh[i] + sl[i]
-                    hi[s, o, k, i] = y
-                    lo[s, o, k, i] = two_sum_err(sh[i], sl[i], y) if abs(y) <= _F64MAX else 0.0
+                    _sum2_out(sh[i], sl[i], hi, lo, s, o, k, i)
         if not cumulative:
             for i in range(I):
-                y = sh[i] + sl[i]
-                hi[s, o, 0, i] = y
-                lo[s, o, 0, i] = two_sum_err(sh[i], sl[i], y) if abs(y) <= _F64MAX else 0.0
+                _sum2_out(sh[i], sl[i], hi, lo, s, o, 0, i)
+
+
+@numba.njit(**_opts)
+def _sum2_out(sh, sl, hi, lo, s, o, k, i):
+    """hi + lo = sh + sl; the plain sum ``sh`` where it is inf/nan (inf operands or overflow:
+    ``sl`` is nan there, from inf - inf in TwoSum)."""
+    if not (abs(sh) <= _F64MAX):
+        hi[s, o, k, i] = sh
+        lo[s, o, k, i] = 0.0
+        return
+    y = sh + sl
+    hi[s, o, k, i] = y
+    lo[s, o, k, i] = two_sum_err(sh, sl, y) if abs(y) <= _F64MAX else 0.0
 
 
 # ---------------------------------------------------------------------------------------------
