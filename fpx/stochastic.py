@@ -41,7 +41,7 @@ from fpx import tree
 from fpx.core import Interpreter, Tracer, UnsupportedOpError, concrete, current_interpreter, using
 from fpx.kernels import stochastic as _K
 from fpx.policy import get_policy
-from fpx.transform import check_dtype, is_array_leaf, wraps
+from fpx.transform import adapt, check_dtype, is_array_leaf, wraps
 
 __all__ = ["stochastic", "StochasticInterpreter", "sample_keys", "MODES"]
 
@@ -727,7 +727,10 @@ def stochastic(f=None, mode: str = "sr", *, samples: int = 10, seed: int = 0, po
 
     @wraps(f)
     def sampled(*args, **kwargs):
-        return _run(f, args, kwargs, int(samples), options, executor, progress)
+        ad = adapt(f, args, kwargs)          # torch modules / functions of tensors
+        opts = dict(options, policy=ad.policy if policy is None else policy)
+        out = _run(ad.fn, ad.args, ad.kwargs, int(samples), opts, executor, progress)
+        return ad.to_user(out)
     return sampled
 
 

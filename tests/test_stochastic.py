@@ -1010,3 +1010,21 @@ def test_cestac_float32_add_with_a_tiny_addend_is_inexact():
     r = f64(run(lambda a, b: a + b, np.ones(4000, np.float32),
                 np.full(4000, 2.0 ** -60, np.float32), mode="cestac", samples=2))
     assert_binom(np.sum(r > 1), r.size, 0.5, "cestac 1 + 2^-60")
+
+
+def test_torch_module_samples_inside_interval_and_repeatable():
+    """Issue 5: stochastic samples of a torch MLP (float32): the sample mean lies inside the
+    interval bound, and the same seed gives the same samples (torch tensors in and out)."""
+    torch = pytest.importorskip("torch")
+    torch.manual_seed(0)
+    mlp = torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.Tanh(), torch.nn.Linear(32, 4))
+    x = torch.randn(8, 16)
+    s1 = fpx.stochastic(mlp, "sr", samples=8)(x)
+    s2 = fpx.stochastic(mlp, "sr", samples=8)(x)
+    assert isinstance(s1, torch.Tensor) and s1.dtype == torch.float32
+    assert s1.shape == (8, 8, 4)
+    assert torch.equal(s1, s2)
+    iv = fpx.interval(mlp)(x)
+    mean = s1.double().mean(0).numpy()
+    assert np.all((iv.lo <= mean) & (mean <= iv.hi))
+    assert float(s1.std(0).max()) > 0.0
