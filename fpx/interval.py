@@ -1297,6 +1297,89 @@ def _matmul_unstable(au, bu, shape):
 
 
 # =============================================================================================
+# Composites with rules of their own
+# =============================================================================================
+def _rel_abs(acc, F):
+    """(relative, absolute) error of one evaluation with a constant accuracy in format F."""
+    return acc.ulps * 2.0 ** (1 - F.p), acc.ulps * F.smallest_subnormal + acc.absolute
+
+
+@_rule("softmax")
+def _softmax(self, prim, x, *, axis=-1):
+    """Monotone bound of softmax (a composite): y_i increases with x_i and decreases with every
+    other x_j, so over a box y_i lies in [e(lo_i) / (e(lo_i) + sum_{j!=i} e(hi_j)),
+    e(hi_i) / (e(hi_i) + sum_{j!=i} e(lo_j))] -- exact where interval arithmetic on the
+    decomposition loses the correlation of x - max(x) and e / sum(e). The program's own
+    evaluation (subtract the max, exp, sum in any order, divide -- or multiply by the
+    reciprocal) is covered by widening the box by the subtraction's rounding and multiplying
+    by the exp/sum/division error factors from the policy. Applies where the policy's
+    accuracies for sub/exp/div are constants and the input bounds are finite; elsewhere the
+    decomposition runs ("where the policy allows"), and for point inputs and float64 programs
+    (where the decomposition is as tight)."""
+    lo, hi, u, pt = self.bounds(x)
+    dt = np.asarray(concrete(self.primal_of(x))).dtype
+    F = _fmt_of(dt)
+    accs = None
+    # point inputs gain nothing over the decomposition, and float64 programs need more
+    # precision than the float64 evaluation of this bound has: decomposition there
+    if F is not None and F.p < 53 and not pt and not _is_cupy(lo) and np.ndim(lo) > 0 and \
+            np.any(lo != hi):
+        accs = [self.accuracy(n, F) for n in ("sub", "exp", "div")]
+        Facc = self.policy.resolve("reduce_sum", dt).accumulate
+        if any(a.input_dependent for a in accs) or \
+                self.accuracy("reduce_sum", Facc).input_dependent:
+            accs = None
+    if accs is None or not (np.all(np.isfinite(lo)) and np.all(np.isfinite(hi))):
+        return prim.decomposition(x, axis=axis)
+    v = self.value_of(prim, (x,), {"axis": axis})
+    ax = axis % np.ndim(lo)
+    n = np.shape(lo)[ax]
+    (r_s, a_s), (r_e, a_e), (r_d, a_d) = (_rel_abs(a, F) for a in accs)
+    gam = self.gamma(max(n - 1, 0), _acc_delta(self, "reduce_sum", Facc))
+    beta = n * Facc.smallest_subnormal
+    # torch multiplies by the reciprocal of the sum: two roundings cover both spellings
+    r_d, a_d = 2 * r_d + r_d * r_d, 2 * a_d * (1 + r_d)
+    k = 16 * _E64
+    with np.errstate(all="ignore"):
+        # the subtraction x - max(x) rounds: an input perturbation of r_s |x - M| + a_s
+        mlo = np.max(lo, axis=ax, keepdims=True)
+        mhi = np.max(hi, axis=ax, keepdims=True)
+        dist = np.maximum(np.abs(lo - mhi), np.abs(hi - mlo))
+        pert = (r_s * dist + a_s) * (1 + k)
+        xl, xh = lo - pert, hi + pert
+        xl, xh = xl - k * np.abs(xl) - _TINY64, xh + k * np.abs(xh) + _TINY64
+        # exact softmax range over the box, in float64 with outward error allowances
+        m = np.max(xh, axis=ax, keepdims=True)
+        dl, dh = xl - m, xh - m
+        rho_l = (_LIBM64_ULPS + 4 + np.abs(dl)) * _E64
+        rho_h = (_LIBM64_ULPS + 4 + np.abs(dh)) * _E64
+        el = np.exp(dl) * (1 - rho_l)
+        eh = np.exp(dh) * (1 + rho_h)
+        g64 = _gamma(n + 2, 2.0 ** -53)
+        sh = np.sum(eh, axis=ax, keepdims=True) * (1 + g64)
+        sl = np.sum(el, axis=ax, keepdims=True) * (1 - g64)
+        others_hi = (sh - eh) * (1 + 2 * _E64)
+        others_lo = np.maximum((sl - el) * (1 - 2 * _E64), 0.0)
+        plo = np.maximum(el / (el + others_hi) * (1 - 4 * _E64), 0.0)
+        phi = np.minimum(eh / (eh + others_lo) * (1 + 4 * _E64), 1.0)
+        plo = np.where(el > 0, plo, 0.0)
+        # the evaluation's errors: exp (relative r_e, absolute a_e), the sum (gamma, beta),
+        # the division; the exact sum is >= 1 (the max's own term is exp(0))
+        dlow = (1 - r_e) * (1 - gam) - n * a_e * (1 + gam) - beta
+        dhigh = (1 + r_e) * (1 + gam) + n * a_e * (1 + gam) + beta
+        if not dlow > 0:
+            return prim.decomposition(x, axis=axis)
+        nl = plo * (1 - r_e) - a_e
+        nh = phi * (1 + r_e) + a_e
+        qlo = np.where(nl >= 0, nl / dhigh, nl / dlow)
+        qhi = nh / dlow
+        ylo = (qlo * (1 - r_d) - a_d) * (1 - k) - np.abs(qlo) * k - _TINY64
+        yhi = (qhi * (1 + r_d) + a_d) * (1 + k) + _TINY64
+    un = None if u is None else np.broadcast_to(np.any(u, axis=ax, keepdims=True), np.shape(lo))
+    return self.new(v, ylo, yhi, un)
+
+
+# =============================================================================================
 # The transform
 # =============================================================================================
 def interval(f=None, *, policy=None, branches: str = "hull", bound: str = "rigorous",

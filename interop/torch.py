@@ -1548,14 +1548,36 @@ def adapt(f, args=(), kwargs=None) -> Adapted:
         k: to_array(v) for k, v in prog.constants.items()}
     device = _device_of(args, kwargs)
     a, k = tree.tree_map(_to_fpx_leaf, (tuple(args), kwargs))
-    fn = prog.fn
-
-    def program(*xs, **kw):
-        return fn(params, *xs, **kw)
-    program.__name__ = type(f).__name__ if owner is not None else getattr(f, "__name__",
-                                                                          "torch_function")
+    examples = _pytree.tree_map(_example, (tuple(args), kwargs))
+    program = BoundProgram(prog, params, f, examples)
     return Adapted(program, a, k, lambda out: tree.tree_map(
         lambda x: _to_user_leaf(x, device), out), default_policy(device), "torch", prog)
+
+
+class BoundProgram:
+    """``fn(*inputs)``: a :class:`TorchProgram` with the module's parameters bound. Picklable
+    when the module (or function) is: a worker process rebuilds the program from it and the
+    example inputs (so process-pool executors can run it)."""
+
+    def __init__(self, prog, params, f, examples):
+        self.prog, self.params, self.f, self.examples = prog, params, f, examples
+        self.__name__ = type(f).__name__ if isinstance(f, torch.nn.Module) else \
+            getattr(f, "__name__", "torch_function")
+
+    def __call__(self, *xs, **kw):
+        return self.prog.fn(self.params, *xs, **kw)
+
+    def __reduce__(self):
+        return (_rebuild_bound, (self.f, self.examples, self.params, self.prog.mode))
+
+    def __repr__(self):
+        return f"BoundProgram({self.__name__}, {self.prog!r})"
+
+
+def _rebuild_bound(f, examples, params, mode):
+    args, kwargs = examples
+    prog = program_for(f, args, kwargs, fallback="always" if mode == "dispatch" else "auto")
+    return BoundProgram(prog, params, f, examples)
 
 
 # =============================================================================================

@@ -572,3 +572,77 @@ def test_op_mappings_match_torch_and_are_bounded(name):
 def _pytree_leaves(t):
     import torch.utils._pytree as pt
     return pt.tree_leaves(t)
+
+
+# ---------------------------------------------------------------------------------------------
+# interval rules this adapter relies on: softmax's monotone bound, squares, nonnegative sums
+# ---------------------------------------------------------------------------------------------
+def _softmax_executions(xp, dt):
+    """softmax of the point xp (in dtype dt) computed several ways (all possible results)."""
+    m = xp.max(-1, keepdims=True)
+    e = np.exp(xp - m)
+    s = e.sum(-1, keepdims=True)
+    out = [e / s, e * (1 / s).astype(dt), e / np.cumsum(e[:, ::-1], -1)[:, -1:].astype(dt)]
+    x64 = xp.astype(np.float64)
+    e64 = np.exp(x64 - x64.max(-1, keepdims=True))
+    out.append(e64 / e64.sum(-1, keepdims=True))
+    if dt == np.float32:
+        out.append(torch.softmax(torch.from_numpy(np.ascontiguousarray(xp)), -1).numpy())
+    return out
+
+
+@pytest.mark.parametrize("dt", ["float32", "float16", "bfloat16"])
+def test_softmax_monotone_rule_is_sound_and_tighter(dt):
+    from fpx.interval import IntervalInterpreter
+    import fpx.nn as fnn
+    dt = fit.np_dtype(getattr(torch, dt))
+    rng = np.random.default_rng(0)
+    narrower, ratios = 0, []
+    for trial in range(24):
+        n = int(rng.integers(2, 40))
+        scale = [0.1, 1.0, 8.0][trial % 3]
+        rad = [1e-3, 0.05][trial % 2]
+        x = (rng.standard_normal((4, n)) * scale).astype(dt)
+        x64 = x.astype(np.float64)
+        xin = fpx.Interval(x64 - rad, x64 + rad, x)
+        f = lambda x: fnn.softmax(x, -1)  # noqa: E731
+        iv = fpx.interval(f)(xin)
+        saved = IntervalInterpreter.rules.pop("softmax")
+        try:
+            ivd = fpx.interval(f)(xin)
+        finally:
+            IntervalInterpreter.rules["softmax"] = saved
+        if rad == 0.05:        # wide inputs: the correlation the decomposition loses matters
+            ratios.append(float(np.median(iv.width / ivd.width)))
+        for _ in range(4):
+            xp = (x64 + rng.uniform(-rad, rad, x.shape)).astype(dt)
+            if not np.all(np.abs(xp.astype(np.float64) - x64) <= rad):
+                continue
+            for y in _softmax_executions(xp, dt):
+                assert iv.contains(np.asarray(y, np.float64)).all()
+    # (tiny outputs of wide-ranging rows are dominated by absolute terms, where the rule
+    # allows two roundings for torch's multiply-by-reciprocal: up to ~1.5x there)
+    assert np.median(ratios) < 0.8 and max(ratios) < 1.6
+
+
+def test_square_and_nonnegative_sums_keep_variances_positive():
+    x = np.random.default_rng(1).standard_normal((4, 16)).astype(np.float32)
+    xin = fpx.Interval(x.astype(np.float64) - 10, x.astype(np.float64) + 10, x)
+
+    def var(x):
+        d = x - x.mean(-1, keepdims=True)
+        return (d * d).mean(-1)
+    iv = fpx.interval(var)(xin)
+    assert np.all(iv.lo > -1e-40) and iv.contains(var(x)).all()     # (a subnormal below 0)
+    ln = fpx.interval(lambda x: F.layer_norm(x, (16,)))(
+        fpx.Interval(xin.lo, xin.hi, torch.from_numpy(x)))
+    assert np.isfinite(ln.lo).all() and np.isfinite(ln.hi).all()
+
+
+def test_adapted_program_pickles():
+    import pickle
+    m = mlp()
+    x = _inputs("mlp")
+    ad = adapt(m, (x,))
+    fn2 = pickle.loads(pickle.dumps(ad.fn))
+    np.testing.assert_array_equal(fn2(*ad.args), ad.fn(*ad.args))
