@@ -320,8 +320,8 @@ def _pad_spatial(x, pads, value):
 
 def _conv_decomp(x, w, b, *, stride, padding, dilation, groups, bias_in_sum=False):
     """im2col + one matmul. x (N, C, *S), w (O, C/g, *k), b (O,) or None:
-    pad; stack the prod(k) shifted strided windows into cols (N, C, K, *out); rearrange to
-    (g, C/g*K, N*P); y = w.reshape(g, O/g, C/g*K) @ cols; back to (N, O, *out); add b.
+    pad; move channels first; stack the prod(k) shifted strided windows into cols
+    (C, K, N, *out) = (g, C/g*K, N*P); y = w.reshape(g, O/g, C/g*K) @ cols; back to (N, O, *out); add b.
     ``bias_in_sum``: b is one more term of the matmul's sum ([w | b] @ [cols; 1]), as
     libraries that initialise the accumulator with the bias compute it."""
     n, c = _shape(x)[:2]
@@ -330,12 +330,16 @@ def _conv_decomp(x, w, b, *, stride, padding, dilation, groups, bias_in_sum=Fals
     g = groups
     og = o // g
     kk = math.prod(ksize)
-    x = _pad_spatial(x, padding, 0)
+    # channels first, so that the stacked windows are already in the matmul's layout: one
+    # copy of the (small) input instead of a transposed copy of the (K times larger) cols.
+    # The padding (always applied, zero widths too) makes that copy C-ordered, so the stacked
+    # windows come out C-ordered and the reshape below is free.
+    x = fnp.transpose(x, (1, 0) + tuple(range(2, len(_shape(x)))))      # (C, N, *S)
+    x = fnp.pad(x, ((0, 0), (0, 0)) + tuple(padding), constant_values=0)
     views, out = _windows(x, ksize, stride, dilation)
     p = math.prod(out)
-    cols = fnp.stack(views, axis=2) if len(views) > 1 else fnp.expand_dims(views[0], 2)
-    cols = fnp.reshape(cols, (n, g, cg * kk, p))
-    cols = fnp.transpose(cols, (1, 2, 0, 3))                      # (g, C/g*K, N, P)
+    cols = fnp.stack(views, axis=1) if len(views) > 1 else fnp.expand_dims(views[0], 1)
+    cols = fnp.reshape(cols, (g, cg * kk, n * p))                 # (C, K, N, *out) in order
     fused = b is not None and bias_in_sum
     lead = (g,) if g > 1 else ()
     wm = fnp.reshape(w, lead + (og, cg * kk))
