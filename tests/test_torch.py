@@ -645,3 +645,19 @@ def test_adapted_program_pickles():
     ad = adapt(m, (x,))
     fn2 = pickle.loads(pickle.dumps(ad.fn))
     np.testing.assert_array_equal(fn2(*ad.args), ad.fn(*ad.args))
+
+
+@pytest.mark.gpu
+def test_cuda_tensors_through_cupy():
+    """CUDA tensors go to CuPy through DLPack and come back as CUDA tensors (float32)."""
+    if not torch.cuda.is_available():
+        pytest.skip("torch has no CUDA device (CPU build or no GPU)")
+    m = mlp().cuda()
+    x = _inputs("mlp").cuda()
+    a = fit.to_array(x)
+    assert type(a).__module__.startswith("cupy") and a.data.ptr == x.data_ptr()
+    iv = fpx.interval(m)(x)
+    assert iv.value.is_cuda and iv.value.dtype == torch.float32
+    assert iv.contains(_run(m, x).cpu()).all()
+    rec = fpx.trace(m)(x)
+    assert rec.outputs.is_cuda
