@@ -901,6 +901,13 @@ def _identity(ctx, x, *args, **kw):
     return x
 
 
+@_op("aten.native_dropout")
+def _native_dropout(ctx, x, p, train):
+    if train and p:
+        raise UnmappedOpError(ctx.op, " in training mode (random masks): call module.eval()")
+    return (x, _Lazy(None, "dropout mask"))
+
+
 @_op("aten._to_copy", "aten.to.dtype", "aten.to.dtype_layout", "aten.to.device",
      "aten._assert_tensor_metadata", "aten.type_as")
 def _to_copy(ctx, x, *args, **kw):

@@ -661,3 +661,11 @@ def test_cuda_tensors_through_cupy():
     assert iv.contains(_run(m, x).cpu()).all()
     rec = fpx.trace(m)(x)
     assert rec.outputs.is_cuda
+
+
+def test_dropout_in_training_mode_is_refused_and_eval_is_identity():
+    m = nn.Sequential(nn.Linear(4, 4), nn.Dropout(0.5))
+    x = torch.randn(2, 4)
+    with pytest.raises(fit.UnmappedOpError, match="training mode"):
+        fpx.interval(m.train())(x)
+    assert fpx.interval(m.eval())(x).contains(_run(m, x)).all()
