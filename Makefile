@@ -20,10 +20,10 @@ test: $(STAMP)
 	$(PY) -m pytest -q
 
 bench-quick: $(STAMP)
-	for b in benchmarks/*.py; do $(PY) $$b --quick || exit 1; done
+	for b in benchmarks/[!_]*.py; do $(PY) $$b --quick || exit 1; done
 
 bench: $(STAMP)
-	for b in benchmarks/*.py; do $(PY) $$b || exit 1; done
+	for b in benchmarks/[!_]*.py; do $(PY) $$b || exit 1; done
 
 clean:
 	rm -rf $(VENV) build *.egg-info .pytest_cache .hypothesis

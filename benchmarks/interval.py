@@ -15,10 +15,10 @@ from __future__ import annotations
 
 import argparse
 import json
-import time
 
 import numpy as np
 
+from _timing import timeit  # benchmarks/ (the script's folder) is on sys.path
 import fpx
 from fpx import formats
 from fpx.kernels.render import render_matmul
@@ -38,16 +38,6 @@ def make_mlp(batch=256, width=1024, layers=4, seed=0):
                 x = np.maximum(x, 0)
         return x
     return mlp, x
-
-
-def timeit(fn, reps):
-    fn()
-    ts = []
-    for _ in range(reps):
-        t0 = time.perf_counter()
-        fn()
-        ts.append(time.perf_counter() - t0)
-    return float(np.median(ts))
 
 
 def main(argv=None):

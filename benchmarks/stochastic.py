@@ -16,10 +16,10 @@ from __future__ import annotations
 
 import argparse
 import json
-import time
 
 import numpy as np
 
+from _timing import timeit  # benchmarks/ (the script's folder) is on sys.path
 import fpx
 import fpx.nn as fnn
 
@@ -43,16 +43,6 @@ def make_cnn(batch=64, seed=0):
         h = fnn.relu(fnn.linear(h, p["l1"], p["lb1"]))
         return fnn.linear(h, p["l2"], p["lb2"])
     return cnn, x
-
-
-def timeit(fn, reps):
-    fn()
-    ts = []
-    for _ in range(reps):
-        t0 = time.perf_counter()
-        fn()
-        ts.append(time.perf_counter() - t0)
-    return float(np.median(ts))
 
 
 def main(argv=None):

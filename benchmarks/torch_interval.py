@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import time
 import warnings
 
 import numpy as np
@@ -32,6 +31,7 @@ except ImportError:                       # torch is an optional extra: nothing 
         raise SystemExit(0)
     raise
 
+from _timing import timeit  # benchmarks/ (the script's folder) is on sys.path
 import fpx
 from fpx.transform import adapt
 
@@ -53,16 +53,6 @@ class BasicBlock(nn.Module):
     def forward(self, x):
         y = F.relu(self.bn1(self.conv1(x)))
         return F.relu(self.bn2(self.conv2(y)) + x)
-
-
-def timeit(fn, reps):
-    fn()
-    ts = []
-    for _ in range(reps):
-        t0 = time.perf_counter()
-        fn()
-        ts.append(time.perf_counter() - t0)
-    return float(np.median(ts))
 
 
 def measure(name, module, x, reps, rounds=3):

@@ -270,6 +270,9 @@ class Interpreter:
     """
 
     rules: dict[str, Callable] = {}
+    #: rules are called ``rule(interp, prim, *args, **params)`` when True (transforms whose
+    #: rules are shared between primitives and need to know which one they handle)
+    rule_takes_prim: bool = False
 
     def __init_subclass__(cls, **kw):
         super().__init_subclass__(**kw)
@@ -292,6 +295,8 @@ class Interpreter:
     def process(self, prim: Primitive, args: tuple, params: dict):
         rule = self.rules.get(prim.name)
         if rule is not None:
+            if self.rule_takes_prim:
+                return rule(self, prim, *args, **params)
             return rule(self, *args, **params)
         if prim.decomposition is not None:
             return prim.decomposition(*args, **params)

@@ -35,7 +35,7 @@ import numpy as np
 from fpx import formats as _formats
 from fpx import tree
 from fpx.kernels import interval as _K
-from fpx.core import (PRIMITIVES, Interpreter, Tracer, UnsupportedOpError, concrete,
+from fpx.core import (PRIMITIVES, Interpreter, Tracer, concrete,
                       current_interpreter, using)
 from fpx.policy import get_policy
 from fpx.transform import adapt, as_array, check_dtype, is_array_leaf, wraps
@@ -183,6 +183,7 @@ class IntervalTracer(Tracer):
 
 class IntervalInterpreter(Interpreter):
     """Bounds every primitive. See the module docstring for the error model."""
+    rule_takes_prim = True
 
     def __init__(self, parent, policy=None, branches: str = "hull", bound: str = "rigorous",
                  confidence: float = 0.999, matmul: str = "midrad"):
@@ -267,13 +268,6 @@ class IntervalInterpreter(Interpreter):
         acc = self.accuracy(prim_name, F)
         return _round_bounds(lo, hi, F, acc, inputs, steps=steps, consume=True)
 
-    def process(self, prim, args, params):
-        rule = self.rules.get(prim.name)
-        if rule is not None:
-            return rule(self, prim, *args, **params)
-        if prim.decomposition is not None:
-            return prim.decomposition(*args, **params)
-        raise UnsupportedOpError(prim, self)
 
 
 def _as_f64(c):

@@ -30,15 +30,11 @@ Parker, "Monte Carlo arithmetic" (1997); Vignes, CESTAC (1993); Connolly, Higham
 """
 from __future__ import annotations
 
-import math
-import time
-from typing import Any
-
 import numpy as np
 
 from fpx import formats as _formats
 from fpx import tree
-from fpx.core import Interpreter, Tracer, UnsupportedOpError, concrete, current_interpreter, using
+from fpx.core import Interpreter, Tracer, concrete, current_interpreter, using
 from fpx.kernels import stochastic as _K
 from fpx.policy import get_policy
 from fpx.transform import adapt, check_dtype, is_array_leaf, wraps
@@ -122,6 +118,7 @@ class StochasticTracer(Tracer):
 
 class StochasticInterpreter(Interpreter):
     """Rounds every operation at random (see the module docstring)."""
+    rule_takes_prim = True
 
     def __init__(self, parent, mode="sr", keys=None, *, policy=None, granularity="flop",
                  order="sequential", t=None, mca_mode="mca", per_sample=False):
@@ -221,13 +218,6 @@ class StochasticInterpreter(Interpreter):
             res = cupy.asarray(res)
         return res
 
-    def process(self, prim, args, params):
-        rule = self.rules.get(prim.name)
-        if rule is not None:
-            return rule(self, prim, *args, **params)
-        if prim.decomposition is not None:
-            return prim.decomposition(*args, **params)
-        raise UnsupportedOpError(prim, self)
 
 
 def _numpy_backend():
@@ -356,7 +346,7 @@ def _two_sum_np(a, b, s):
 @_rule("cast")
 def _cast(self, prim, a, *, to):
     v, b, _ = self.unpack(a)
-    src = np.asarray(v).dtype if not np.isscalar(v) else np.asarray(v).dtype
+    src = np.asarray(v).dtype
     if isinstance(to, _formats.Format):
         F = to
         out_dt = np.float32 if F.name == "tf32" else F.dtype
@@ -517,7 +507,7 @@ def _sum_like(self, prim, a, axis, keepdims, dtype, kind):
     if self.granularity == "flop":
         kcode = {"sum": 1 if self.order == "pairwise" else 0, "prod": 2, "cumsum": 3}[kind]
         xb = np.broadcast_to(x4, (self.S, O, K, I_))
-        _K.reduce_flop(xb, self.keys, self.next_op(), _K.MODES[_mode_code_name(self)],
+        _K.reduce_flop(xb, self.keys, self.next_op(), _K.MODES[self.mode],
                        _fparams(F_acc), int(self.t or F_acc.p), kcode, out)
         res = out
         if F_out.p < F_acc.p or F_out.name != F_acc.name:
@@ -554,10 +544,6 @@ def _sum_like(self, prim, a, axis, keepdims, dtype, kind):
         if keepdims:
             r = r.reshape((self.S,) + tuple(1 if i in axes else shape[i] for i in range(nd)))
     return self.new(_store(np.asarray(r), out_dt), True)
-
-
-def _mode_code_name(self):
-    return self.mode
 
 
 @_rule("reduce_sum")
@@ -806,10 +792,9 @@ def _check_fork_safe(executor):
 
 
 def _workers(executor) -> int:
-    for attr in ("_max_workers",):
-        n = getattr(executor, attr, None)
-        if n:
-            return int(n)
+    n = getattr(executor, "_max_workers", None)     # concurrent.futures executors
+    if n:
+        return int(n)
     try:
         return max(1, len(executor.nthreads()))      # dask.distributed.Client
     except Exception:
@@ -895,5 +880,3 @@ def _run_once(f, args, kwargs, keys, options, per_sample):
             res.append(x)
     return tree.unflatten(o_td, res)
 
-
-del math, time, Any

@@ -94,6 +94,46 @@ def _pow2(n):
 
 
 @numba.njit(**_opts)
+def _fold_residual(fl, f, es, sh, E, p, emin):
+    """Add the residual, already scaled to units of 2^sh (``es``), to ``q = fl + f``. When
+    x = ±2^E and the residual points to zero, x + e lies in the binade below, whose spacing
+    is half as large (neighbours pred(2^E) and 2^E): go to that grid."""
+    f += es
+    adj = math.floor(f)
+    fl += adj
+    f -= adj
+    half = np.float64(np.int64(1) << (p - 1))
+    if E > emin and (fl < half if fl >= 0.0 else (fl > -half or (fl == -half and f > 0.0))):
+        f = 2.0 * f
+        adj = math.floor(f)
+        fl = 2.0 * fl + adj
+        f -= adj
+        sh -= 1
+        E -= 1
+    return fl, f, sh, E
+
+
+@numba.njit(**_opts)
+def _choose(fl, f, u, h, mode, p, E, emin):
+    """The multiple k of the grid spacing that ``mode`` picks for q = fl + f (0 <= f < 1)."""
+    if mode == 1 or mode == 4:                       # sr (mca ends with sr)
+        return fl + 1.0 if u < f else fl
+    if mode == 3:                                    # cestac: exact stays exact
+        return fl + 1.0 if (f != 0.0 and (h >> _S63) == _ONE) else fl
+    k = fl + 1.0 if (f > 0.5 or (f == 0.5 and fl - 2.0 * math.floor(0.5 * fl) != 0.0)) else fl
+    if mode == 2 and k != 0.0:                       # ud: one step from RN, never from 0
+        up = (h >> _S63) == _ONE
+        ak = abs(k)
+        top = np.float64(np.int64(1) << p)
+        if up == (k > 0.0):                          # away from zero: 2x coarser at 2^(E+1)
+            step = 2.0 if ak == top else 1.0
+        else:                                        # toward zero: 2x finer below 2^E
+            step = 0.5 if (ak == 0.5 * top and E > emin) else 1.0
+        k = k + step if up else k - step
+    return k
+
+
+@numba.njit(**_opts)
 def round_small(x, e, h, mode, p, emin, maxv, nan_ovf, t):
     """:func:`round1` for formats whose grid spacing is a float64 normal (p <= 26, emin >=
     -996): powers of two from bits, no libm calls, so loops over it vectorize."""
@@ -121,35 +161,8 @@ def round_small(x, e, h, mode, p, emin, maxv, nan_ovf, t):
     fl = math.floor(q)
     f = q - fl
     if e != 0.0:
-        f += e * _pow2(-sh)
-        adj = math.floor(f)
-        fl += adj
-        f -= adj
-        half = _pow2(p - 1)
-        if E > emin and (fl < half if fl >= 0.0 else (fl > -half or (fl == -half and f > 0.0))):
-            # x = ±2^E and the residual points to zero: x + e lies in the binade below,
-            # whose spacing is half as large (its neighbours are pred(2^E) and 2^E)
-            f = 2.0 * f
-            adj = math.floor(f)
-            fl = 2.0 * fl + adj
-            f -= adj
-            sh -= 1
-            E -= 1
-    if mode == 1 or mode == 4:
-        k = fl + 1.0 if u < f else fl
-    elif mode == 3:
-        k = fl + 1.0 if (f != 0.0 and (h >> _S63) == _ONE) else fl
-    else:
-        k = fl + 1.0 if (f > 0.5 or (f == 0.5 and fl - 2.0 * math.floor(0.5 * fl) != 0.0)) else fl
-        if mode == 2 and k != 0.0:
-            up = (h >> _S63) == _ONE
-            ak = abs(k)
-            top = _pow2(p)
-            if up == (k > 0.0):
-                step = 2.0 if ak == top else 1.0
-            else:
-                step = 0.5 if (ak == 0.5 * top and E > emin) else 1.0
-            k = k + step if up else k - step
+        fl, f, sh, E = _fold_residual(fl, f, e * _pow2(-sh), sh, E, p, emin)
+    k = _choose(fl, f, u, h, mode, p, E, emin)
     r = k * _pow2(sh)
     if abs(r) > maxv:
         r = math.copysign(math.nan if nan_ovf else math.inf, r)
@@ -199,36 +212,8 @@ def round1(x, e, h, mode, p, emin, maxv, nan_ovf, t):
     fl = math.floor(q)
     f = q - fl
     if e != 0.0:
-        f += math.ldexp(e, -sh)
-        adj = math.floor(f)
-        fl += adj
-        f -= adj
-        half = math.ldexp(1.0, p - 1)
-        if E > emin and (fl < half if fl >= 0.0 else (fl > -half or (fl == -half and f > 0.0))):
-            # x = ±2^E and the residual points to zero: x + e lies in the binade below,
-            # whose spacing is half as large (its neighbours are pred(2^E) and 2^E)
-            f = 2.0 * f
-            adj = math.floor(f)
-            fl = 2.0 * fl + adj
-            f -= adj
-            sh -= 1
-            E -= 1
-    if mode == 1 or mode == 4:
-        k = fl + 1.0 if u < f else fl
-    elif mode == 3:
-        k = fl + 1.0 if (f != 0.0 and (h >> _S63) == _ONE) else fl
-    else:
-        k = fl + 1.0 if (f > 0.5 or (f == 0.5 and fl - 2.0 * math.floor(0.5 * fl) != 0.0)) else fl
-        if mode == 2 and k != 0.0:
-            up = (h >> _S63) == _ONE
-            ak = abs(k)
-            away = up == (k > 0.0)
-            top = math.ldexp(1.0, p)
-            if away:
-                step = 2.0 if ak == top else 1.0
-            else:
-                step = 0.5 if (ak == 0.5 * top and E > emin) else 1.0
-            k = k + step if up else k - step
+        fl, f, sh, E = _fold_residual(fl, f, math.ldexp(e, -sh), sh, E, p, emin)
+    k = _choose(fl, f, u, h, mode, p, E, emin)
     r = math.ldexp(k, sh)
     if abs(r) > maxv:
         r = math.copysign(math.nan if nan_ovf else math.inf, r)
