@@ -200,14 +200,16 @@ class StochasticInterpreter(Interpreter):
         x2 = np.ascontiguousarray(y, np.float64).reshape((self.S if batched else 1, n))
         e2 = (np.empty((1, 0)) if e is None else
               np.ascontiguousarray(_host(e), np.float64).reshape((x2.shape[0], n)))
-        out = np.empty((self.S, n))
+        fast = e is None and F.name == "float32" and mode in ("sr", "ud", "cestac")
+        out = np.empty((self.S, n), np.float32 if (fast and np.dtype(dtype) == np.float32)
+                       else np.float64)
         t = self.t if self.t is not None else F.p
         if mode == "rn":
             code = 0
         else:
             code = _K.MODES[mode]
         op = self.next_op() if op is None else op
-        if e is None and F.name == "float32" and mode in ("sr", "ud", "cestac"):
+        if fast:
             _K.fast_round_rows(code)(x2, self.keys, op, out)
         else:
             _K.round_rows(x2, e2, self.keys, op, code, *_fparams(F), int(t), out)
@@ -227,7 +229,7 @@ def _numpy_backend():
 
 def _store(values64, dtype):
     dt = np.dtype(dtype)
-    if dt == np.float64:
+    if dt == values64.dtype:
         return values64
     return values64.astype(dt)   # exact: the values are on dt's grid
 

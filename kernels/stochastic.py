@@ -639,7 +639,7 @@ def _make_fast_rows(MODE):
                 for i in range(c0, c1):
                     b = _f2i(xr[i])
                     eb = (b >> 52) & 0x7FF
-                    ey = (_f2i(orow[i]) >> 52) & 0x7FF
+                    ey = (_f2i(np.float64(orow[i])) >> 52) & 0x7FF
                     if (((((eb - LO_EF) & 0xFFFF) > SPAN) & ((b & _MAG) != 0)) |
                             ((((ey - LO_EF) & 0xFFFF) > SPAN) & (orow[i] != 0.0))):
                         orow[i] = rounder(xr[i], 0.0, bits_at(key, np.uint64(i)), MODE,
@@ -652,7 +652,8 @@ _FAST_ROWS = {}
 
 def fast_round_rows(mode_code):
     """:func:`round_rows` for float32 targets without residuals, on bit patterns (sr, ud,
-    cestac), with the general rounder for elements outside float32's normal range."""
+    cestac), with the general rounder for elements outside float32's normal range. ``out``
+    may be float32 (the results are float32 values: stored exactly, no extra pass)."""
     k = _FAST_ROWS.get(mode_code)
     if k is None:
         k = _FAST_ROWS[mode_code] = _make_fast_rows(mode_code)
