@@ -614,6 +614,7 @@ def _make_fast_rows(MODE):
             key = op_key(keys[s], op_id)
             xr = x[s if x.shape[0] > 1 else 0]
             orow = out[s]
+            flag = np.zeros(c1 - c0, np.uint8)
             nbad = 0
             for i in range(c0, c1):
                 h = bits_at(key, np.uint64(i))
@@ -634,14 +635,11 @@ def _make_fast_rows(MODE):
                 isbad = (((((eb - LO_EF) & 0xFFFF) > SPAN) & ((b & _MAG) != 0)) |
                          ((((ey - LO_EF) & 0xFFFF) > SPAN) & ((y & _MAG) != 0)))
                 nbad += isbad
+                flag[i - c0] = isbad
                 orow[i] = _i2f(y)
-            if nbad:
+            if nbad:        # outside float32's normal range: the general rounder decides
                 for i in range(c0, c1):
-                    b = _f2i(xr[i])
-                    eb = (b >> 52) & 0x7FF
-                    ey = (_f2i(np.float64(orow[i])) >> 52) & 0x7FF
-                    if (((((eb - LO_EF) & 0xFFFF) > SPAN) & ((b & _MAG) != 0)) |
-                            ((((ey - LO_EF) & 0xFFFF) > SPAN) & (orow[i] != 0.0))):
+                    if flag[i - c0]:
                         orow[i] = rounder(xr[i], 0.0, bits_at(key, np.uint64(i)), MODE,
                                           24, -126, _F32[2], False, 0)
     return kernel
