@@ -9,6 +9,8 @@
 
 See docs/architecture.md for the core (primitives, interpreters, tracers).
 """
+from fpx import memory as _memory
+_memory._apply_default()   # keep freed memory for reuse (FPX_MALLOC=system opts out)
 from fpx import core, formats, policy, primitives  # noqa: F401  (primitives registers the set)
 from fpx import numpy  # noqa: F401
 from fpx import nn  # noqa: F401

@@ -307,6 +307,15 @@ def _accuracy_terms(acc, inputs):
     return ulps, ab
 
 
+def _rounding_terms(F, ulps, ab, steps):
+    """(rel, abs, top) for ``_K.down/up``: one rounding into F (``ulps``, absolute ``ab``)
+    plus the outward widening of ``steps`` float64 steps and of this one."""
+    R = ulps * 2.0 ** (1 - F.p) + (4 + 2 * steps) * _E64
+    A = (ulps * F.smallest_subnormal + ab) * (1 + 4 * _E64) + (steps + 1) * _TINY64
+    top = math.inf if (F.name == "float64" or not F.has_inf) else F.max
+    return R, A, top
+
+
 def _round_bounds(lo, hi, F, acc, inputs=(), steps=0, consume=False):
     """[lo, hi] (exact-real enclosure) widened by one rounding into format F with accuracy acc:
     |fl(v) - v| <= ulps·2^(1-p)·|v| + ulps·η + absolute, fused with the outward widening of
@@ -314,9 +323,7 @@ def _round_bounds(lo, hi, F, acc, inputs=(), steps=0, consume=False):
     absolute 2^-1074 each), and with :func:`_overflow`. ``consume``: lo/hi are fresh arrays
     the result may be written into."""
     ulps, ab = _accuracy_terms(acc, inputs)
-    R = ulps * 2.0 ** (1 - F.p) + (4 + 2 * steps) * _E64
-    A = (ulps * F.smallest_subnormal + ab) * (1 + 4 * _E64) + (steps + 1) * _TINY64
-    top = math.inf if (F.name == "float64" or not F.has_inf) else F.max
+    R, A, top = _rounding_terms(F, ulps, ab, steps)
     olo = {"out": lo} if consume and _owned(lo) and lo is not hi else {}
     ohi = {"out": hi} if consume and _owned(hi) and hi is not lo else {}
     lo, hi = _K.down(lo, R, A, top, **olo), _K.up(hi, R, A, top, **ohi)
@@ -369,11 +376,18 @@ def _binary_prep(self, prim, a, b, params=None):
 @_rule("add", "sub")
 def _add_sub(self, prim, a, b):
     v, (alo, ahi), (blo, bhi), un, pt = _binary_prep(self, prim, a, b)
+    F = _fmt_of(np.asarray(concrete(v)).dtype)
+    acc = None if F is None else self.accuracy(prim.name, F)
+    if prim.name == "sub":
+        blo, bhi = -bhi, -blo
+    if (acc is not None and not acc.input_dependent and (F.has_inf or F.name == "float64")
+            and all(isinstance(x, np.ndarray) or np.isscalar(x) for x in (alo, ahi, blo, bhi))):
+        # one fused pass: the float64 sum, its rounding and the op's (see _round_bounds)
+        R, A, top = _rounding_terms(F, acc.ulps, acc.absolute, steps=1)
+        lo, hi = _K.add_bounds(alo, ahi, blo, bhi, R, A, top)
+        return self.new(v, lo, hi, un)
     with np.errstate(invalid="ignore", over="ignore"):
-        if prim.name == "add":
-            lo, hi = alo + blo, ahi + bhi
-        else:
-            lo, hi = alo - bhi, ahi - blo
+        lo, hi = alo + blo, ahi + bhi
         lo, hi = self.round_result(prim.name, v, lo, hi, (alo, ahi), (blo, bhi), steps=1)
     return self.new(v, lo, hi, un)
 
@@ -1060,8 +1074,9 @@ def _f32_upper(X):
     return (X * (1.0 + 2.0 ** -23) + 2.0 ** -149).astype(np.float32)
 
 
-def _gemm_upper(L, M, K, small, scale=1.0, add=0.0):
-    """Upper bound of ``scale·(L @ M) + add`` for nonnegative L, M. With ``small`` (a
+def _gemm_upper_parts(L, M, K, small, scale=1.0, add=0.0):
+    """(R, f, a) with ``scale·(L @ M) + add <= R·f + a`` for nonnegative L, M (evaluate with
+    ``_K.scale_up(R, f, a)``, or let ``_K.center_bounds`` do it on the fly). With ``small`` (a
     float32-or-narrower program) the GEMM runs in float32 on upper float32 copies: every product
     and partial sum of nonnegative terms loses at most u32 relative or 2^-150 absolute, so
     L @ M <= (R + K·2^-150) / (1 - γ_{K+1}(u32)). Falls back to float64 where float32
@@ -1071,10 +1086,15 @@ def _gemm_upper(L, M, K, small, scale=1.0, add=0.0):
             R = np.matmul(_f32_upper(L), _f32_upper(M))
         if np.isfinite(R).all():
             corr = scale / (1.0 - _gamma(K + 1, 2.0 ** -24))
-            return _K.scale_up(R, corr, corr * K * 2.0 ** -150 + add)
+            return R, corr, corr * K * 2.0 ** -150 + add
     with np.errstate(all="ignore"):
         R = np.matmul(np.asarray(L, np.float64), np.asarray(M, np.float64))
-    return _K.scale_up(R, scale * (1.0 + _gamma(K + 2, 2.0 ** -53)), add)
+    return R, scale * (1.0 + _gamma(K + 2, 2.0 ** -53)), add
+
+
+def _gemm_upper(L, M, K, small, scale=1.0, add=0.0):
+    """Upper bound of ``scale·(L @ M) + add`` for nonnegative L, M (see _gemm_upper_parts)."""
+    return _K.scale_up(*_gemm_upper_parts(L, M, K, small, scale, add))
 
 
 _SCRATCH = threading.local()
@@ -1096,12 +1116,16 @@ def _scratch(shape, dtype, slot):
 
 
 def _abs_operand(p, small, slot):
-    """|operand| for a GEMM bound: float32-representable programs stay in float32 (exact)."""
+    """(|operand|, its max) for a GEMM bound: float32-representable programs stay in float32
+    (exact); the max (NaN if any element is) saves the overflow screen a pass of its own."""
     p = np.asarray(p)
     if small and p.dtype != np.float64:
-        return np.abs(p, out=_scratch(p.shape, p.dtype, slot)) if p.ndim else np.abs(p)
-    return np.abs(p, out=_scratch(p.shape, np.float64, slot), dtype=np.float64) if p.ndim \
-        else np.abs(_as_f64(p))
+        if not p.ndim:
+            return np.abs(p), None
+        out = np.abs(p, out=_scratch(p.shape, p.dtype, slot))
+        return out, (float(out.max()) if out.size else 0.0)
+    return (np.abs(p, out=_scratch(p.shape, np.float64, slot), dtype=np.float64) if p.ndim
+            else np.abs(_as_f64(p))), None
 
 
 def _f64_operand(p, slot):
@@ -1141,10 +1165,11 @@ def _matmul(self, prim, a, b):
     g64 = _gamma(K + 2, 2.0 ** -53)
     with np.errstate(all="ignore"):
         # value-centred fast path for an interval activation times constant weights: one fused
-        # pass gives Σr, Σ(|v|+r), max(|v|+r); r_A and Â are materialized only if needed
+        # pass gives the left GEMM factor L and Σr, Σ(|v|+r), max(|v|+r); r_A and Â are
+        # materialized only if needed
         fused = (small and not ap and bp and not rounded_inputs and self.matmul != "exact-center"
                  and np.asarray(pa).dtype in (np.float32, np.float64) and np.ndim(pa) >= 1)
-        stats = _K.mm_stats(pa, alo, ahi) if fused else None
+        L, stats = _K.mm_left(pa, alo, ahi, 2 * c, stats=True) if fused else (None, None)
         lazy_a = fused and all(np.isfinite(stats)) and stats[0] >= 4 * c * stats[1] * 1.01
         # radii around the program's operand values (point operands: 0, no array work)
         ra = 0.0 if ap or lazy_a else _up(np.maximum(_as_f64(pa) - alo, ahi - _as_f64(pa)), 1)
@@ -1159,7 +1184,7 @@ def _matmul(self, prim, a, b):
                      ub * F_in.smallest_subnormal + ab_, 4)
         a_pt = not lazy_a and np.ndim(ra) == 0 and ra == 0
         b_pt = np.ndim(rb) == 0 and rb == 0
-        absB = _abs_operand(pb, small, "absB")
+        absB, bmax = _abs_operand(pb, small, "absB")
         Bh = absB if b_pt else _up(absB + rb)
         finite_v = bool(np.all(np.isfinite(concrete(v))))
         if lazy_a and finite_v:      # wide enough: centred on the value, nothing else needed
@@ -1167,7 +1192,7 @@ def _matmul(self, prim, a, b):
             point = exact_center = False
         else:
             lazy_a = False
-            absA = _abs_operand(pa, small, "absA")
+            absA, amax = _abs_operand(pa, small, "absA")
             Ah = absA if a_pt else _up(absA + ra)
             point = a_pt and b_pt and self.matmul != "fast"
             exact_center = point or (not rounded_inputs and self.matmul != "fast" and (
@@ -1175,48 +1200,55 @@ def _matmul(self, prim, a, b):
         absterm = 2 * K * (F_prod.smallest_subnormal + F_acc.smallest_subnormal)
         if point:            # exact float64 centre; radius c·|A||B| (+ the centre's own error)
             center = np.matmul(_f64_operand(pa, "f64A"), _f64_operand(pb, "f64B"))
-            rad = _gemm_upper(Ah, Bh, K, small, _up(c + g64, 2), absterm)
+            rad = _gemm_upper_parts(Ah, Bh, K, small, _up(c + g64, 2), absterm)
         elif exact_center:   # centre = midpoints' product in float64
             ma = _as_f64(pa) if a_pt else (alo + ahi) / 2
             mb = _as_f64(pb) if b_pt else (blo + bhi) / 2
             hra = 0.0 if a_pt else _up((ahi - alo) / 2)
             hrb = 0.0 if b_pt else _up((bhi - blo) / 2)
             center = np.matmul(ma, mb)
-            rad = _gemm_upper(_up(hra + (c + g64) * _as_f64(Ah), 3), Bh, K, small, 1.0, absterm)
+            rad = _gemm_upper_parts(_up(hra + (c + g64) * _as_f64(Ah), 3), Bh, K, small, 1.0,
+                                    absterm)
             if not b_pt:
-                rad = rad + _gemm_upper(np.abs(ma), hrb, K, small)
+                rad = (_K.scale_up(*rad) + _gemm_upper(np.abs(ma), hrb, K, small), 1.0, 0.0)
         else:                # centre = the program's value: its own error counted once more
             center = concrete(v)
             if np.asarray(center).dtype not in (np.float32, np.float64):
                 center = _as_f64(center)
             if a_pt and Ah is not None:          # point A: the radius is 2c·(|A| @ B̂)
-                rad = _gemm_upper(Ah, Bh, K, small, _up(2 * c, 1), absterm)
+                rad = _gemm_upper_parts(Ah, Bh, K, small, _up(2 * c, 1), absterm)
             else:
-                if small and not rounded_inputs and np.asarray(pa).dtype in (np.float32,
-                                                                             np.float64):
+                if L is not None:
+                    pass                                       # from the fused pass above
+                elif small and not rounded_inputs and np.asarray(pa).dtype in (np.float32,
+                                                                               np.float64):
                     L = _K.mm_left(pa, alo, ahi, 2 * c)        # one fused pass, float32 upper
                 else:
                     L = _up(2 * c * _as_f64(Ah) + ra, 3)   # float64: c·|a| underflows in fp16
-                rad = _gemm_upper(L, Bh, K, small, 1.0, absterm)
+                rad = _gemm_upper_parts(L, Bh, K, small, 1.0, absterm)
             if not b_pt:
-                rad = rad + _gemm_upper(absA, rb, K, small)
+                rad = (_K.scale_up(*rad) + _gemm_upper(absA, rb, K, small), 1.0, 0.0)
             if F_out is not None and F_out.name != F_acc.name:
                 # the program's value was rounded from its accumulator into F_out: that
                 # rounding separates the centre from the accumulator values
                 uo, ao = _accuracy_terms(self.accuracy("cast", F_out), [(center, center)])
                 q = uo * 2.0 ** (1 - F_out.p)
-                rad = rad + _up((np.abs(_as_f64(center)) * q + uo * F_out.smallest_subnormal
-                                 + ao) * (1 + 2 * q), 4)
+                rad = (_K.scale_up(*rad) + _up((np.abs(_as_f64(center)) * q
+                                                + uo * F_out.smallest_subnormal + ao)
+                                               * (1 + 2 * q), 4), 1.0, 0.0)
         # centre ± radius, widened for this float64 step, overflow of the accumulator mapped
         top = F_acc.max if (F_out is not None and F_acc.has_inf and F_acc.name != "float64") \
             else math.inf
-        lo, hi = _K.center_down(center, rad, top), _K.center_up(center, rad, top)
+        # rad: (R, f, a), radius <= R·f + a; n_bad: non-finite centres or NaN bounds
+        lo, hi, n_bad = _K.center_bounds(center, *rad, top)
         if F_out is not None:
             if Ah is None:   # the guard's operand magnitude, from the fused stats
                 Ah = _LazyAbs(pa, alo, ahi, stats[2])
             lo, hi = _matmul_guard(lo, hi, center, Ah, Bh, K, c, F_acc,
                                    [(alo, ahi, pa), (blo, bhi, pb)],
-                                   F_in.max if rounded_inputs else math.inf)
+                                   F_in.max if rounded_inputs else math.inf,
+                                   amax if a_pt and not lazy_a else None,
+                                   bmax if b_pt else None, clean=n_bad == 0)
         if F_out is not None and F_out.name != F_acc.name:
             lo, hi = _round_bounds(lo, hi, F_out, self.accuracy("cast", F_out))
         elif F_out is not None and not F_out.has_inf:
@@ -1236,28 +1268,32 @@ class _LazyAbs:
         return _up(np.abs(v) + _up(np.maximum(v - self.lo, self.hi - v), 1))
 
 
-def _matmul_guard(lo, hi, center, Ah, Bh, K, c, F_acc, ops, in_top=math.inf):
+def _matmul_guard(lo, hi, center, Ah, Bh, K, c, F_acc, ops, in_top=math.inf, amax=None,
+                  bmax=None, clean=False):
     """±inf where a product or partial sum may overflow the accumulator (|A||B|·(1+c) past
     its largest value; one extra float64 GEMM, only when the maxima say it is possible), where
     an operand's conversion to the input format may overflow (``in_top``: that format's
     largest value, for rounded inputs such as tf32), and where the centre is not finite; NaN
     bounds from inf - inf with no NaN among the operands' bounds in that row/column mean
     "unbounded", not "undefined". ``ops``: (lo, hi, value) of each operand (lo None for
-    constants)."""
+    constants; ``amax``/``bmax``: the maxima of Ah/Bh where known; ``clean``: no centre is
+    non-finite and no bound NaN)."""
     top = F_acc.max
     lazy = Ah if isinstance(Ah, _LazyAbs) else None
-    amax = float(lazy.max) if lazy else (float(np.max(Ah)) if np.size(Ah) else 0.0)
-    bmax = float(np.max(Bh)) if np.size(Bh) else 0.0
+    if amax is None:
+        amax = float(lazy.max) if lazy else (float(np.max(Ah)) if np.size(Ah) else 0.0)
+    if bmax is None:
+        bmax = float(np.max(Bh)) if np.size(Bh) else 0.0
     if lazy:   # the array is needed only by the (rare) overflow GEMM below
         Ah = lazy.array() if not amax * bmax * K * (1.0 + c) * (1 + 2.0 ** -40) <= top else None
-    over = ~np.isfinite(center)
+    over = False if clean else ~np.isfinite(center)
     if amax > in_top or bmax > in_top:
         over = over | _matmul_unstable(np.asarray(Ah) > in_top, np.asarray(Bh) > in_top,
                                        np.shape(lo))
     if not amax * bmax * K * (1.0 + c) * (1 + 2.0 ** -40) <= top:
         M = _gemm_upper(_as_f64(Ah), _as_f64(Bh), K, False)
         over = over | (_up(M * (1.0 + c), 2) > top)
-    bad = np.isnan(lo) | np.isnan(hi)
+    bad = False if clean else np.isnan(lo) | np.isnan(hi)
     if np.any(bad):
         na, nb = [np.isnan(_as_f64(p)) if l is None else (np.isnan(l) | np.isnan(h))
                   for l, h, p in ops]

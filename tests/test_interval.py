@@ -1475,3 +1475,56 @@ def test_where_with_an_undecided_condition_is_not_a_point():
         iv = _iv(lambda x: fnp.matmul(fnp.where(fnp.greater(x, 0), a, b), w), x, matmul=mode)
         assert iv.value[0, 0] == np.float32(65505.0)             # the program took a
         assert iv.contains(0.5 + 1.0)[0, 0] and iv.contains(65504.0 + 1.0)[0, 0], mode
+
+
+# ---------------------------------------------------------------------------------------------
+# fused kernels (kernels/interval.py) against their formulas
+# ---------------------------------------------------------------------------------------------
+def test_fused_bound_kernels_match_their_formulas():
+    from fpx.kernels import interval as KI
+    rng = np.random.default_rng(5)
+    alo = rng.standard_normal((3, 4, 5))
+    ahi = alo + rng.random((3, 4, 5))
+    brow = rng.standard_normal(5)                 # a bias row
+    bcol = rng.standard_normal((4, 1))            # expanded once
+    R, A = 3 * 2.0 ** -24, 1e-45
+    for b in (brow, bcol, 0.25, np.float32(2.0)):
+        lo, hi = KI.add_bounds(alo, ahi, b, b, R, A, np.inf)
+        elo, ehi = alo + b, ahi + b
+        assert np.array_equal(lo, KI.down(elo, R, A, np.inf))
+        assert np.array_equal(hi, KI.up(ehi, R, A, np.inf))
+        assert (lo <= elo).all() and (hi >= ehi).all()
+    # overflow past top and NaN pass-through
+    lo, hi = KI.add_bounds(np.array([3e38, np.nan]), np.array([3e38, np.nan]), 1e38, 1e38, R, A,
+                           3.4e38)
+    assert np.isfinite(lo[0]) and np.isposinf(hi[0]) and np.isnan(lo[1]) and np.isnan(hi[1])
+    # centre bounds: counts non-finite centres and NaN bounds
+    c = np.array([1.0, np.inf, np.nan, -2.0], np.float32)
+    lo, hi, n_bad = KI.center_bounds(c, np.array([0.5, 0.5, 0.5, np.nan]), 2.0, 0.0, np.inf)
+    assert n_bad == 3 and lo[0] <= 0.0 and hi[0] >= 2.0
+    # 0-d operands give scalars, as a ufunc would
+    assert np.ndim(KI.down(np.float64(1.0), R, A, np.inf)) == 0
+
+
+def test_mm_left_is_an_upper_float32_bound_without_subnormals():
+    from fpx.kernels import interval as KI
+    rng = np.random.default_rng(6)
+    v = rng.standard_normal((64, 33)).astype(np.float32)
+    v[0, :4] = 0.0
+    lo = v.astype(np.float64) - rng.random((64, 33)) * 1e-3
+    hi = v.astype(np.float64) + rng.random((64, 33)) * 1e-3
+    lo[0, :2] = hi[0, :2] = 0.0                    # zero-width zeros (a ReLU's): L = 0 exactly
+    lo[0, 2], hi[0, 2] = -1e-300, 1e-300           # tiny nonzero: at least 2^-126, not subnormal
+    c2 = 1e-4
+    L, (s_r, s_a, m) = KI.mm_left(v, lo, hi, c2, stats=True)
+    vv = v.astype(np.float64)
+    r = np.maximum(vv - lo, hi - vv)
+    exact = c2 * (np.abs(vv) + r) + r
+    assert L.dtype == np.float32 and (L.astype(np.float64) >= exact).all()
+    assert L[0, 0] == 0 and L[0, 1] == 0 and L[0, 2] == np.float32(2.0 ** -126)
+    nz = L[L != 0]
+    assert (np.abs(nz) >= np.finfo(np.float32).tiny).all()
+    assert m >= np.max(np.abs(vv) + r)             # the overflow screen's magnitude
+    lo[3, 3] = np.nan
+    L2, st = KI.mm_left(v, lo, hi, c2, stats=True)
+    assert np.isnan(L2[3, 3]) and all(np.isnan(st))
