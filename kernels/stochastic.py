@@ -53,6 +53,9 @@ _INV32 = 2.0 ** -32
 _F64MAX = np.finfo(np.float64).max
 
 _opts = dict(cache=True, nogil=True, error_model="numpy")
+# Memory-bound elementwise kernels run on one thread (their prange loops are plain loops):
+# an OpenMP team there contended with OpenBLAS's spinning threads right after a GEMM and ran
+# 2-5x slower on 2 cores. Compute-bound kernels (the flop matmul and reductions) are parallel.
 
 
 @numba.njit(**_opts)
@@ -223,7 +226,7 @@ def round1(x, e, h, mode, p, emin, maxv, nan_ovf, t):
 # ---------------------------------------------------------------------------------------------
 # Elementwise: one random rounding per element
 # ---------------------------------------------------------------------------------------------
-@numba.njit(parallel=True, **_opts)
+@numba.njit(**_opts)
 def round_rows(x, e, keys, op_id, mode, p, emin, maxv, nan_ovf, t, out):
     """out[s, i] = round(x[s', i] + e[s'', i]) with sample s's bits; x/e rows may be 1 (shared).
 
@@ -248,7 +251,7 @@ def round_rows(x, e, keys, op_id, mode, p, emin, maxv, nan_ovf, t, out):
 # ---------------------------------------------------------------------------------------------
 # Error-free transforms for float64 targets
 # ---------------------------------------------------------------------------------------------
-@numba.njit(parallel=True, **_opts)
+@numba.njit(**_opts)
 def eft_binary(op, a, b, y, e):
     """y = fl(a op b), e = the exact error (add/sub: TwoSum; mul: FMA; div, the remainder
     ``fma(-y, b, a)/b`` rounded, whose sign and size fix the random rounding to 2^-53)."""
@@ -276,7 +279,7 @@ def eft_binary(op, a, b, y, e):
                 e[i] = 0.0
 
 
-@numba.njit(parallel=True, **_opts)
+@numba.njit(**_opts)
 def eft_sqrt(a, y, e):
     """y = fl(sqrt(a)), e ≈ (a - y²)/(2y) (exact remainder by FMA)."""
     n = y.shape[0]
@@ -511,23 +514,27 @@ _MAG = np.int64(0x7FFFFFFFFFFFFFFF)
 _F32 = (24, -126, float(np.finfo(np.float32).max), False)
 
 
-def _make_fast_matmul(MODE):
-    D = 29
-    NM = ~((np.int64(1) << D) - 1)
-    HALF = (np.int64(1) << (D - 1)) - 1
-    STEP = np.int64(1) << D
+_D = 29                                  # float64 -> float32: 52 - 23 bits dropped
+_SH1, _SH2 = np.uint64(64 - _D), np.uint64(32 - _D)
+
+
+def _fast_ops(MODE):
+    """(rnd, bad) on float64 bit patterns for mode code MODE: ``rnd(b, r, coin)`` rounds
+    pattern ``b`` to float32's grid with random ``_D``-bit ``r`` (sr) or ``coin`` (ud, cestac);
+    ``bad(b)``: outside float32's normal range (redo with the general rounder)."""
+    NM = ~((np.int64(1) << _D) - 1)
+    HALF = (np.int64(1) << (_D - 1)) - 1
+    STEP = np.int64(1) << _D
     LO_EF, SPAN = 1023 - 126, 127 + 126
-    SH1, SH2 = np.uint64(64 - D), np.uint64(32 - D)
-    LOW = np.uint64(0xFFFFFFFF)
 
     @numba.njit(inline="always")
     def rnd(b, r, coin):
         if MODE == 1:
             return (b + r) & NM
         if MODE == 2:
-            y = (b + HALF + ((b >> D) & 1)) & NM
+            y = (b + HALF + ((b >> _D) & 1)) & NM
             c = np.int64(coin)
-            v = np.int64((y & _MAG) != 0) << D       # no step from zero
+            v = np.int64((y & _MAG) != 0) << _D      # no step from zero
             return y + ((v ^ -c) + c)                # -v when the coin says down
         t = b & NM
         return t + (STEP if (coin and t != b) else 0)
@@ -536,6 +543,13 @@ def _make_fast_matmul(MODE):
     def bad(b):
         e = (b >> 52) & 0x7FF
         return (((e - LO_EF) & 0xFFFF) > SPAN) & ((b & _MAG) != 0)
+    return rnd, bad
+
+
+def _make_fast_matmul(MODE):
+    SH1, SH2 = _SH1, _SH2
+    LOW = np.uint64(0xFFFFFFFF)
+    rnd, bad = _fast_ops(MODE)
 
     @numba.njit(parallel=True, nogil=True, error_model="numpy")
     def kernel(A, B, keys, op_prod, sm, sn, out):
@@ -595,64 +609,71 @@ def fast_matmul(mode_code):
     return k
 
 
-def _make_fast_rows(MODE):
-    D = 29
-    NM = ~((np.int64(1) << D) - 1)
-    HALF = (np.int64(1) << (D - 1)) - 1
-    LO_EF, SPAN = 1023 - 126, 127 + 126
-    SH1 = np.uint64(64 - D)
+# elementwise operand combinations of the fast row kernel: the float64 value to round
+_ROW_OPS = {"round": 0, "add": 1, "sub": 2, "mul": 3, "div": 4}
 
-    @numba.njit(parallel=True, nogil=True, error_model="numpy")
-    def kernel(x, keys, op_id, out):
+
+def _make_fast_rows(MODE, OP):
+    rnd, bad = _fast_ops(MODE)
+
+    @numba.njit(inline="always")
+    def value(ar, br, i):
+        if OP == 0:
+            return np.float64(ar[i])
+        x, y = np.float64(ar[i]), np.float64(br[i])
+        if OP == 1:
+            return x + y
+        if OP == 2:
+            return x - y
+        if OP == 3:
+            return x * y
+        return x / y
+
+    # one thread: these passes are memory-bound, and an OpenMP team here contended with
+    # OpenBLAS's spinning threads right after a GEMM (measured 2-5x slower)
+    @numba.njit(nogil=True, error_model="numpy")
+    def kernel(a, b, keys, op_id, out):
         S, n = out.shape
         chunk = 4096
-        nchunks = (n + chunk - 1) // chunk
-        for job in prange(S * nchunks):
-            s = job // nchunks
-            c0 = (job % nchunks) * chunk
-            c1 = min(n, c0 + chunk)
+        flag = np.zeros(chunk, np.uint8)
+        for s in range(S):
             key = op_key(keys[s], op_id)
-            xr = x[s if x.shape[0] > 1 else 0]
+            ar = a[s if a.shape[0] > 1 else 0]
+            br = b[s if b.shape[0] > 1 else 0]
             orow = out[s]
-            flag = np.zeros(c1 - c0, np.uint8)
-            nbad = 0
-            for i in range(c0, c1):
-                h = bits_at(key, np.uint64(i))
-                b = _f2i(xr[i])
-                coin = (h & _ONE) != 0
-                if MODE == 1:
-                    y = (b + np.int64(h >> SH1)) & NM
-                elif MODE == 2:
-                    y = (b + HALF + ((b >> D) & 1)) & NM
-                    c = np.int64(coin)
-                    v = np.int64((y & _MAG) != 0) << D
-                    y = y + ((v ^ -c) + c)
-                else:
-                    t = b & NM
-                    y = t + ((np.int64(1) << D) if (coin and t != b) else 0)
-                eb = (b >> 52) & 0x7FF
-                ey = (y >> 52) & 0x7FF
-                isbad = (((((eb - LO_EF) & 0xFFFF) > SPAN) & ((b & _MAG) != 0)) |
-                         ((((ey - LO_EF) & 0xFFFF) > SPAN) & ((y & _MAG) != 0)))
-                nbad += isbad
-                flag[i - c0] = isbad
-                orow[i] = _i2f(y)
-            if nbad:        # outside float32's normal range: the general rounder decides
+            for c0 in range(0, n, chunk):
+                c1 = min(n, c0 + chunk)
+                nbad = 0
                 for i in range(c0, c1):
-                    if flag[i - c0]:
-                        orow[i] = rounder(xr[i], 0.0, bits_at(key, np.uint64(i)), MODE,
-                                          24, -126, _F32[2], False, 0)
+                    h = bits_at(key, np.uint64(i))
+                    bx = _f2i(value(ar, br, i))
+                    y = rnd(bx, np.int64(h >> _SH1), (h & _ONE) != 0)
+                    isbad = bad(bx) | bad(y)
+                    nbad += isbad
+                    flag[i - c0] = isbad
+                    orow[i] = _i2f(y)
+                if nbad:        # outside float32's normal range: the general rounder decides
+                    for i in range(c0, c1):
+                        if flag[i - c0]:
+                            orow[i] = rounder(value(ar, br, i), 0.0, bits_at(key, np.uint64(i)),
+                                              MODE, 24, -126, _F32[2], False, 0)
     return kernel
 
 
 _FAST_ROWS = {}
 
 
-def fast_round_rows(mode_code):
+def fast_round_rows(mode_code, op="round"):
     """:func:`round_rows` for float32 targets without residuals, on bit patterns (sr, ud,
-    cestac), with the general rounder for elements outside float32's normal range. ``out``
-    may be float32 (the results are float32 values: stored exactly, no extra pass)."""
-    k = _FAST_ROWS.get(mode_code)
+    cestac), with the general rounder for elements outside float32's normal range.
+
+    ``op="round"``: ``kernel(x, x, keys, op_id, out)`` rounds float64 rows ``x`` (S or 1, n);
+    ``"add"``, ``"sub"``, ``"mul"``, ``"div"``: ``kernel(a, b, keys, op_id, out)`` rounds
+    ``a op b`` evaluated in float64 from float32 rows (exact for mul; for add/sub unless the
+    exponents differ by more than 29), with no float64 array in between. Element ``i`` of
+    sample ``s`` takes its bits at position ``i`` of that sample's stream, as round_rows
+    does. ``out`` (S, n) may be float32 (the results are float32 values, stored exactly)."""
+    k = _FAST_ROWS.get((mode_code, op))
     if k is None:
-        k = _FAST_ROWS[mode_code] = _make_fast_rows(mode_code)
+        k = _FAST_ROWS[(mode_code, op)] = _make_fast_rows(mode_code, _ROW_OPS[op])
     return k

@@ -1028,3 +1028,35 @@ def test_torch_module_samples_inside_interval_and_repeatable():
     mean = s1.double().mean(0).numpy()
     assert np.all((iv.lo <= mean) & (mean <= iv.hi))
     assert float(s1.std(0).max()) > 0.0
+
+
+# ---------------------------------------------------------------------------------------------
+# the fused float32 elementwise path gives the same samples as the general one
+# ---------------------------------------------------------------------------------------------
+def _fused_binary_prog(x, h, b, c):
+    return {"bias": h + b, "sub": b - h, "mul": x * c, "div": x / c, "both": x * h, "bc": c + b}
+
+
+@pytest.mark.parametrize("mode", ["sr", "ud", "cestac"])
+def test_fused_float32_binary_ops_equal_the_general_path(mode, monkeypatch):
+    rng = np.random.default_rng(11)
+    x = rng.standard_normal((4, 8, 6, 6)).astype(np.float32)
+    x[0, 0, 0, :3] = [1e-41, 3e38, 0.0]          # subnormal, near-overflow, zero
+    h = rng.standard_normal((4, 8, 6, 6)).astype(np.float32)
+    b = rng.standard_normal((8, 1, 1)).astype(np.float32)   # a conv bias: middle-axis broadcast
+    c = rng.standard_normal((6,)).astype(np.float32)
+    import sys
+    st_mod = sys.modules["fpx.stochastic"]
+
+    def go():
+        return fpx.stochastic(lambda x, h, b, c: _fused_binary_prog(x * 1.5, h, b, c), mode,
+                              samples=5, seed=7, granularity="op", progress=False)(x, h, b, c)
+    calls = []
+    real = st_mod._fast_binary
+    monkeypatch.setattr(st_mod, "_fast_binary", lambda *a: calls.append(a[1]) or real(*a))
+    fused = go()
+    assert set(calls) >= {"add", "sub", "mul", "div"}
+    monkeypatch.setattr(st_mod, "_FAST_ROW_OPS", ())
+    general = go()
+    _equal_trees(fused, general)
+    assert fused["bias"].dtype == np.float32 and fused["bias"].shape == (5, 4, 8, 6, 6)
