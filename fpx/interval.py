@@ -432,6 +432,15 @@ def _mul(self, prim, a, b):
             hi = np.where(np.isnan(alo) | np.isnan(ahi), np.nan, hi)
         lo, hi = _widen(lo, hi)
     else:
+        F = _fmt_of(np.asarray(concrete(v)).dtype)
+        acc = None if F is None else self.accuracy("mul", F)
+        if (acc is not None and not acc.input_dependent and (F.has_inf or F.name == "float64")
+                and all(isinstance(z, np.ndarray) or np.isscalar(z)
+                        for z in (alo, ahi, blo, bhi))):
+            # one fused pass: corners, the float64 product's rounding and the op's
+            R, A, top = _rounding_terms(F, acc.ulps, acc.absolute, steps=1)
+            lo, hi = _K.mul_bounds(alo, ahi, blo, bhi, R, A, top)
+            return self.new(v, lo, hi, un)
         lo, hi = _mul_bounds(alo, ahi, blo, bhi)
     with np.errstate(invalid="ignore", over="ignore"):
         lo, hi = self.round_result("mul", v, lo, hi, (alo, ahi), (blo, bhi))
@@ -1074,6 +1083,16 @@ def _f32_upper(X):
     return (X * (1.0 + 2.0 ** -23) + 2.0 ** -149).astype(np.float32)
 
 
+def _gemm(A, B):
+    """``A @ B`` for the bound's own GEMMs (any summation order is covered): a stack of
+    matrices times one matrix runs as one tall GEMM (NumPy loops over the stack, and a
+    (128, 8, K) activation times (K, N) weights was 128 GEMMs of 8 rows each, ~10x slower)."""
+    A, B = np.asarray(A), np.asarray(B)
+    if A.ndim > 2 and B.ndim == 2:
+        return np.matmul(A.reshape(-1, A.shape[-1]), B).reshape(A.shape[:-1] + B.shape[-1:])
+    return np.matmul(A, B)
+
+
 def _gemm_upper_parts(L, M, K, small, scale=1.0, add=0.0):
     """(R, f, a) with ``scale·(L @ M) + add <= R·f + a`` for nonnegative L, M (evaluate with
     ``_K.scale_up(R, f, a)``, or let ``_K.center_bounds`` do it on the fly). With ``small`` (a
@@ -1083,12 +1102,12 @@ def _gemm_upper_parts(L, M, K, small, scale=1.0, add=0.0):
     overflows."""
     if small:
         with np.errstate(all="ignore"):
-            R = np.matmul(_f32_upper(L), _f32_upper(M))
+            R = _gemm(_f32_upper(L), _f32_upper(M))
         if np.isfinite(R).all():
             corr = scale / (1.0 - _gamma(K + 1, 2.0 ** -24))
             return R, corr, corr * K * 2.0 ** -150 + add
     with np.errstate(all="ignore"):
-        R = np.matmul(np.asarray(L, np.float64), np.asarray(M, np.float64))
+        R = _gemm(np.asarray(L, np.float64), np.asarray(M, np.float64))
     return R, scale * (1.0 + _gamma(K + 2, 2.0 ** -53)), add
 
 
@@ -1169,6 +1188,21 @@ def _matmul(self, prim, a, b):
         # materialized only if needed
         fused = (small and not ap and bp and not rounded_inputs and self.matmul != "exact-center"
                  and np.asarray(pa).dtype in (np.float32, np.float64) and np.ndim(pa) >= 1)
+        absterm = 2 * K * (F_prod.smallest_subnormal + F_acc.smallest_subnormal)
+        if (small and ap and not bp and not rounded_inputs and self.matmul != "exact-center"
+                and np.asarray(pb).dtype in (np.float32, np.float64) and np.ndim(pb) >= 1):
+            # the mirror image: constant weights times an interval (a convolution written
+            # W @ im2col(x)): radius |A| @ (2c·(|v_b| + r_b) + r_b), the same fused pass on B
+            Lb, st = _K.mm_left(pb, blo, bhi, 2 * c, stats=True)
+            if (all(np.isfinite(st)) and st[0] >= 4 * c * st[1] * 1.01
+                    and bool(np.all(np.isfinite(concrete(v))))):
+                absA, amax = _abs_operand(pa, small, "absA")
+                center = _centre_of(v)
+                rad = _out_rounding(self, _gemm_upper_parts(absA, Lb, K, small, 1.0, absterm),
+                                    center, F_out, F_acc)
+                return _matmul_close(self, v, center, rad, absA, _LazyAbs(pb, blo, bhi, st[2]),
+                                     K, c, prec, F_out, [(alo, ahi, pa), (blo, bhi, pb)],
+                                     rounded_inputs, amax, None, au, bu)
         L, stats = _K.mm_left(pa, alo, ahi, 2 * c, stats=True) if fused else (None, None)
         lazy_a = fused and all(np.isfinite(stats)) and stats[0] >= 4 * c * stats[1] * 1.01
         # radii around the program's operand values (point operands: 0, no array work)
@@ -1197,24 +1231,21 @@ def _matmul(self, prim, a, b):
             point = a_pt and b_pt and self.matmul != "fast"
             exact_center = point or (not rounded_inputs and self.matmul != "fast" and (
                 self.matmul == "exact-center" or not finite_v or _narrow(ra, Ah, rb, Bh, c)))
-        absterm = 2 * K * (F_prod.smallest_subnormal + F_acc.smallest_subnormal)
         if point:            # exact float64 centre; radius c·|A||B| (+ the centre's own error)
-            center = np.matmul(_f64_operand(pa, "f64A"), _f64_operand(pb, "f64B"))
+            center = _gemm(_f64_operand(pa, "f64A"), _f64_operand(pb, "f64B"))
             rad = _gemm_upper_parts(Ah, Bh, K, small, _up(c + g64, 2), absterm)
         elif exact_center:   # centre = midpoints' product in float64
             ma = _as_f64(pa) if a_pt else (alo + ahi) / 2
             mb = _as_f64(pb) if b_pt else (blo + bhi) / 2
             hra = 0.0 if a_pt else _up((ahi - alo) / 2)
             hrb = 0.0 if b_pt else _up((bhi - blo) / 2)
-            center = np.matmul(ma, mb)
+            center = _gemm(ma, mb)
             rad = _gemm_upper_parts(_up(hra + (c + g64) * _as_f64(Ah), 3), Bh, K, small, 1.0,
                                     absterm)
             if not b_pt:
                 rad = (_K.scale_up(*rad) + _gemm_upper(np.abs(ma), hrb, K, small), 1.0, 0.0)
         else:                # centre = the program's value: its own error counted once more
-            center = concrete(v)
-            if np.asarray(center).dtype not in (np.float32, np.float64):
-                center = _as_f64(center)
+            center = _centre_of(v)
             if a_pt and Ah is not None:          # point A: the radius is 2c·(|A| @ B̂)
                 rad = _gemm_upper_parts(Ah, Bh, K, small, _up(2 * c, 1), absterm)
             else:
@@ -1228,27 +1259,120 @@ def _matmul(self, prim, a, b):
                 rad = _gemm_upper_parts(L, Bh, K, small, 1.0, absterm)
             if not b_pt:
                 rad = (_K.scale_up(*rad) + _gemm_upper(absA, rb, K, small), 1.0, 0.0)
-            if F_out is not None and F_out.name != F_acc.name:
-                # the program's value was rounded from its accumulator into F_out: that
-                # rounding separates the centre from the accumulator values
-                uo, ao = _accuracy_terms(self.accuracy("cast", F_out), [(center, center)])
-                q = uo * 2.0 ** (1 - F_out.p)
-                rad = (_K.scale_up(*rad) + _up((np.abs(_as_f64(center)) * q
-                                                + uo * F_out.smallest_subnormal + ao)
-                                               * (1 + 2 * q), 4), 1.0, 0.0)
-        # centre ± radius, widened for this float64 step, overflow of the accumulator mapped
-        top = F_acc.max if (F_out is not None and F_acc.has_inf and F_acc.name != "float64") \
-            else math.inf
-        # rad: (R, f, a), radius <= R·f + a; n_bad: non-finite centres or NaN bounds
+            rad = _out_rounding(self, rad, center, F_out, F_acc)
+        if Ah is None:   # the guard's operand magnitude, from the fused stats
+            Ah = _LazyAbs(pa, alo, ahi, stats[2])
+        return _matmul_close(self, v, center, rad, Ah, Bh, K, c, prec, F_out,
+                             [(alo, ahi, pa), (blo, bhi, pb)], rounded_inputs,
+                             amax if a_pt and not lazy_a else None, bmax if b_pt else None,
+                             au, bu)
+
+
+@_rule("conv")
+def _conv(self, prim, x, w, b=None, **params):
+    """A convolution of an activation with constant float32 weights, without the im2col of
+    float64 bounds. An interval activation is value-centred as the matmul rule's fast path is:
+    the radius is ``conv(L, |w|)`` with ``L = 2c·(|v| + r) + r`` per *input* element
+    (``mm_left``; padding gives L = 0), one float32 convolution of the same decomposition (a
+    float32 GEMM of nonnegative terms: R·(1 - γ_{K+1}(u32))^-1 + K·2^-150 bounds it), the
+    centre the program's own conv value. A point activation (the data) gets an exact float64
+    centre (a float64 conv) and the radius (c + γ_{K+2}(u64))·conv(|x|, |w|), as the matmul
+    rule's point path. The bias is then the interpreter's interval add. Anything else -- interval
+    or non-float32 weights, a policy that rounds the inputs (tf32), ``bias_in_sum``, narrow
+    intervals (where an exact centre is worth more), unstable or non-finite inputs, possible
+    overflow, CuPy arrays -- runs the decomposition (im2col + the matmul rule)."""
+    y = _conv_value_centred(self, prim, x, w, b, params)
+    return y if y is not None else prim.decomposition(x, w, b, **params)
+
+
+def _conv_value_centred(self, prim, x, w, b, params):
+    if (not self._own(x) or self._own(w) or (b is not None and self._own(b))
+            or params.get("bias_in_sum") or x.unstable is not None
+            or self.matmul == "render" or (self.matmul == "exact-center" and not x.point)):
+        return None
+    vx, wc = self.primal_of(x), concrete(w)
+    if not (isinstance(vx, np.ndarray) and isinstance(wc, np.ndarray) and isinstance(x.lo, np.ndarray)
+            and vx.dtype == np.float32 and wc.dtype == np.float32):
+        return None
+    prec = self.policy.resolve("matmul", np.dtype(np.float32))
+    F_in, F_prod, F_acc = prec.input, prec.compute, prec.accumulate
+    F_out = _formats.get(np.dtype(np.float32))
+    if not _contains_format(F_in, F_out) or F_acc.p > 24:
+        return None
+    K = int(np.prod(np.shape(wc)[1:]))
+    c = _matmul_constant(self, F_in, F_prod, F_acc, K)
+    corr = 1.0 / (1.0 - _gamma(K + 1, 2.0 ** -24))
+    absterm = 2 * K * (F_prod.smallest_subnormal + F_acc.smallest_subnormal)
+    with np.errstate(all="ignore"):
+        absw = np.abs(wc)
+        if x.point and self.matmul != "fast":
+            # exact float64 centre (products of float32 values are exact; the float64 sums'
+            # error is the γ_{K+2}(u64) share of the radius), radius (c + γ)·conv(|x|, |w|)
+            if not np.all(np.isfinite(vx)):
+                return None
+            L, m = np.abs(vx), float(np.max(np.abs(vx), initial=0.0))
+            center = self.bind_parent(prim, vx.astype(np.float64), wc.astype(np.float64), None,
+                                      **params)
+            f = _up(c + _gamma(K + 2, 2.0 ** -53), 2) * corr
+        else:
+            # value-centred: L = 2c·(|v| + r) + r per input element
+            L, st = _K.mm_left(vx, x.lo, x.hi, 2 * c, stats=True)
+            if not (all(np.isfinite(st)) and (x.point or st[0] >= 4 * c * st[1] * 1.01)):
+                return None
+            m, center, f = st[2], None, corr
+        if not m * float(absw.max(initial=0.0)) * K * (1.0 + c) * (1 + 2.0 ** -40) <= F_acc.max:
+            return None
+        v = self.value_of(prim, (x, w, None), params)          # the program's conv, no bias
+        R = np.asarray(self.bind_parent(prim, L, absw, None, **params))   # float32 conv(L, |w|)
+        if not (np.all(np.isfinite(concrete(v))) and np.all(np.isfinite(R))):
+            return None
+        rad = (R, f, f * K * 2.0 ** -150 + absterm)
+        if center is None:
+            center = _centre_of(v)
+            rad = _out_rounding(self, rad, center, F_out, F_acc)
+        top = F_acc.max if F_acc.has_inf else math.inf
         lo, hi, n_bad = _K.center_bounds(center, *rad, top)
+        if n_bad:
+            return None
+        if F_out.name != F_acc.name:
+            lo, hi = _round_bounds(lo, hi, F_out, self.accuracy("cast", F_out))
+    y = self.new(v, lo, hi)
+    if b is None:
+        return y
+    nd = np.ndim(wc) - 2
+    return y + np.reshape(concrete(b), (np.shape(wc)[0],) + (1,) * nd)   # the add rule
+
+
+def _centre_of(v):
+    """The program's value as a value-centred bound's centre (float32/float64 kept)."""
+    center = concrete(v)
+    return center if np.asarray(center).dtype in (np.float32, np.float64) else _as_f64(center)
+
+
+def _out_rounding(self, rad, center, F_out, F_acc):
+    """A value-centred radius (R, f, a) plus the rounding that took the program's value from
+    its accumulator into F_out (it separates the centre from the accumulator values)."""
+    if F_out is None or F_out.name == F_acc.name:
+        return rad
+    uo, ao = _accuracy_terms(self.accuracy("cast", F_out), [(center, center)])
+    q = uo * 2.0 ** (1 - F_out.p)
+    return (_K.scale_up(*rad) + _up((np.abs(_as_f64(center)) * q + uo * F_out.smallest_subnormal
+                                     + ao) * (1 + 2 * q), 4), 1.0, 0.0)
+
+
+def _matmul_close(self, v, center, rad, Ah, Bh, K, c, prec, F_out, ops, rounded_inputs, amax,
+                  bmax, au, bu):
+    """centre ± radius (``rad`` = (R, f, a), radius <= R·f + a), widened for this float64
+    step, the accumulator's overflow mapped (see _matmul_guard), rounded into F_out."""
+    F_in, F_acc = prec.input, prec.accumulate
+    top = F_acc.max if (F_out is not None and F_acc.has_inf and F_acc.name != "float64") \
+        else math.inf
+    with np.errstate(all="ignore"):
+        lo, hi, n_bad = _K.center_bounds(center, *rad, top)   # n_bad: non-finite c, NaN bounds
         if F_out is not None:
-            if Ah is None:   # the guard's operand magnitude, from the fused stats
-                Ah = _LazyAbs(pa, alo, ahi, stats[2])
-            lo, hi = _matmul_guard(lo, hi, center, Ah, Bh, K, c, F_acc,
-                                   [(alo, ahi, pa), (blo, bhi, pb)],
-                                   F_in.max if rounded_inputs else math.inf,
-                                   amax if a_pt and not lazy_a else None,
-                                   bmax if b_pt else None, clean=n_bad == 0)
+            lo, hi = _matmul_guard(lo, hi, center, Ah, Bh, K, c, F_acc, ops,
+                                   F_in.max if rounded_inputs else math.inf, amax, bmax,
+                                   clean=n_bad == 0)
         if F_out is not None and F_out.name != F_acc.name:
             lo, hi = _round_bounds(lo, hi, F_out, self.accuracy("cast", F_out))
         elif F_out is not None and not F_out.has_inf:
@@ -1279,13 +1403,15 @@ def _matmul_guard(lo, hi, center, Ah, Bh, K, c, F_acc, ops, in_top=math.inf, ama
     constants; ``amax``/``bmax``: the maxima of Ah/Bh where known; ``clean``: no centre is
     non-finite and no bound NaN)."""
     top = F_acc.max
-    lazy = Ah if isinstance(Ah, _LazyAbs) else None
     if amax is None:
-        amax = float(lazy.max) if lazy else (float(np.max(Ah)) if np.size(Ah) else 0.0)
+        amax = float(Ah.max) if isinstance(Ah, _LazyAbs) else \
+            (float(np.max(Ah)) if np.size(Ah) else 0.0)
     if bmax is None:
-        bmax = float(np.max(Bh)) if np.size(Bh) else 0.0
-    if lazy:   # the array is needed only by the (rare) overflow GEMM below
-        Ah = lazy.array() if not amax * bmax * K * (1.0 + c) * (1 + 2.0 ** -40) <= top else None
+        bmax = float(Bh.max) if isinstance(Bh, _LazyAbs) else \
+            (float(np.max(Bh)) if np.size(Bh) else 0.0)
+    if not amax * bmax * K * (1.0 + c) * (1 + 2.0 ** -40) <= top:
+        # the arrays are needed only by the (rare) overflow GEMM below
+        Ah, Bh = (x.array() if isinstance(x, _LazyAbs) else x for x in (Ah, Bh))
     over = False if clean else ~np.isfinite(center)
     if amax > in_top or bmax > in_top:
         over = over | _matmul_unstable(np.asarray(Ah) > in_top, np.asarray(Bh) > in_top,

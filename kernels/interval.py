@@ -16,6 +16,8 @@ rounding error and map overflow to infinity; these do it in one pass per bound.
   exactly, NaN bounds NaN.
 * ``add_bounds(alo, ahi, blo, bhi, rel, absl, top)``: ``down(alo + blo)``, ``up(ahi + bhi)``
   in one pass (interval addition with its rounding; no temporaries).
+* ``mul_bounds(alo, ahi, blo, bhi, rel, absl, top)``: the interval product (four corners)
+  with its rounding in one pass.
 * ``center_bounds(c, R, f, a, top)`` -> (lo, hi, n_bad): ``c ∓ (rad·(1+8ε) + |c|·8ε + 2^-1074)`` with
   ``rad = scale_up(R, f, a)`` computed on the fly (the GEMM radius needs no array of its own),
   overflow past ``top`` mapped to ∓inf; both bounds in one pass.
@@ -141,6 +143,39 @@ def add_bounds(alo, ahi, blo, bhi, rel, absl, top):
     (alo, ahi, blo, bhi, rel, absl), (lo, hi), shape, (rlo, rhi) = _flat(
         (alo, ahi, blo, bhi, rel, absl), (np.float64, np.float64))
     _add_loop(alo, ahi, blo, bhi, rel, absl, float(top), lo, hi)
+    return _result(rlo, shape), _result(rhi, shape)
+
+
+@numba.njit(cache=True)
+def _mul_loop(alo, ahi, blo, bhi, rel, absl, top, lo, hi):
+    for i in range(lo.shape[0]):
+        for j in range(lo.shape[1]):
+            al, ah = np.float64(_at(alo, i, j)), np.float64(_at(ahi, i, j))
+            bl, bh = np.float64(_at(blo, i, j)), np.float64(_at(bhi, i, j))
+            c1, c2, c3, c4 = al * bl, al * bh, ah * bl, ah * bh
+            l = min(min(c1, c2), min(c3, c4))
+            h = max(max(c1, c2), max(c3, c4))
+            if (c1 != c1) | (c2 != c2) | (c3 != c3) | (c4 != c4):
+                if (al != al) | (ah != ah) | (bl != bl) | (bh != bh):
+                    l = math.nan
+                    h = math.nan
+                else:            # 0 * inf: the set {a*b} is still well defined, unbounded
+                    l = -math.inf
+                    h = math.inf
+            r, a = _at(rel, i, j), _at(absl, i, j)
+            y = l - (min(abs(l), _MAX) * r + a)
+            lo[i, j] = -math.inf if y < -top else y
+            z = h + (min(abs(h), _MAX) * r + a)
+            hi[i, j] = math.inf if z > top else z
+
+
+def mul_bounds(alo, ahi, blo, bhi, rel, absl, top):
+    """Interval product (min/max of the four corner products; NaN operands give NaN, a
+    ``0·inf`` corner with no NaN operand gives [-inf, inf]) widened by ``rel``/``absl`` (which
+    must cover the float64 product's rounding too), overflow past ``top`` to ±inf; one pass."""
+    (alo, ahi, blo, bhi, rel, absl), (lo, hi), shape, (rlo, rhi) = _flat(
+        (alo, ahi, blo, bhi, rel, absl), (np.float64, np.float64))
+    _mul_loop(alo, ahi, blo, bhi, rel, absl, float(top), lo, hi)
     return _result(rlo, shape), _result(rhi, shape)
 
 

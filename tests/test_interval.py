@@ -1528,3 +1528,74 @@ def test_mm_left_is_an_upper_float32_bound_without_subnormals():
     lo[3, 3] = np.nan
     L2, st = KI.mm_left(v, lo, hi, c2, stats=True)
     assert np.isnan(L2[3, 3]) and all(np.isnan(st))
+
+
+def test_constant_times_interval_uses_the_mirrored_value_centred_bound_soundly():
+    """W @ im2col(x) (a convolution written weights-first): the value-centred radius
+    |W| @ (2c(|v|+r) + r), checked against exact products and float32 runs in other orders."""
+    import sys
+    iv_mod = sys.modules["fpx.interval"]
+    rng = np.random.default_rng(8)
+    W = rng.standard_normal((6, 40)).astype(np.float32)
+    x = rng.standard_normal((3, 40, 9)).astype(np.float32)
+    xi = fpx.Interval.around(x, rel=1e-4)           # a measured input: wide enough for the path
+    calls = []
+    real = iv_mod._matmul_close
+    iv_mod._matmul_close = lambda *a, **k: calls.append(a[5]) or real(*a, **k)
+    try:
+        out = fpx.interval(lambda h: W @ h)(xi)
+    finally:
+        iv_mod._matmul_close = real
+    assert len(calls) == 1 and isinstance(calls[0], iv_mod._LazyAbs)
+    W64 = W.astype(np.float64)
+    for t in np.linspace(0, 1, 5):
+        h = xi.lo + t * (xi.hi - xi.lo)
+        assert out.contains(np.einsum("ok,bkn->bon", W64, h)).all()
+    assert out.contains(np.einsum("ok,bkn->bon", W64, np.where(W64.sum(0)[None, :, None] > 0,
+                                                              xi.hi, xi.lo))).all()
+    for order in (slice(None), slice(None, None, -1)):
+        y = np.zeros((3, 6, 9), np.float32)
+        for k in range(40)[order]:
+            y = (y + W[None, :, k, None] * x[:, k, None, :]).astype(np.float32)
+        assert out.contains(y).all()
+    assert out.contains(W @ x).all() and np.array_equal(out.value, W @ x)
+
+
+@pytest.mark.parametrize("point", [True, False])
+@pytest.mark.parametrize("groups,stride,bias", [(1, 1, True), (2, 2, False)])
+def test_conv_rule_without_float64_im2col_is_sound_and_as_tight(point, groups, stride, bias):
+    """fpx.nn.conv2d's own interval rule (value-centred for interval inputs, exact float64
+    centre for points) against the decomposition, exact results and float32 runs."""
+    import sys
+    import fpx.nn as fnn
+    iv_mod = sys.modules["fpx.interval"]
+    rng = np.random.default_rng(9)
+    x = rng.standard_normal((2, 4, 9, 9)).astype(np.float32)
+    w = (rng.standard_normal((6, 4 // groups, 3, 3)) * 0.3).astype(np.float32)
+    b = rng.standard_normal(6).astype(np.float32) if bias else None
+    xin = x if point else fpx.Interval.around(x, rel=1e-3)
+
+    def f(h):
+        return fnn.conv2d(h, w, b, stride=stride, padding=1, groups=groups)
+    used = []
+    real = iv_mod._conv_value_centred
+    iv_mod._conv_value_centred = lambda *a: (lambda r: used.append(r is not None) or r)(real(*a))
+    try:
+        out = fpx.interval(f)(xin)
+        iv_mod._conv_value_centred = lambda *a: None
+        ref = fpx.interval(f)(xin)
+    finally:
+        iv_mod._conv_value_centred = real
+    assert used == [True]
+    assert np.array_equal(out.value, f(x)) and np.array_equal(out.value, ref.value)
+    assert np.all(out.width <= ref.width * (1 + 1e-6) + 1e-30)
+    w64, b64 = w.astype(np.float64), None if b is None else b.astype(np.float64)
+    lo = x.astype(np.float64) if point else xin.lo
+    hi = x.astype(np.float64) if point else xin.hi
+    for t in (0.0, 0.3, 1.0):
+        assert out.contains(fnn.conv2d(lo + t * (hi - lo), w64, b64, stride=stride, padding=1,
+                                       groups=groups)).all()
+    # float32 executions with another accumulation order (reversed kernel taps)
+    y_rev = fnn.conv2d(x[:, :, ::-1, ::-1].copy(), w[:, :, ::-1, ::-1].copy(), b,
+                       stride=1, padding=1, groups=groups)[:, :, ::-1, ::-1][:, :, ::stride, ::stride]
+    assert out.contains(y_rev).all()
