@@ -695,7 +695,13 @@ def cross_entropy(logits, labels, reduction="mean", axis=-1):
 
 def _linear_decomp(x, w, b, *, bias_in_sum=False):
     """y = x @ w.T + b; with ``bias_in_sum``: y = [x | 1] @ [w | b].T (b one more term of the
-    matmul's sum, as BLAS gemm with beta=1 -- torch.addmm, F.linear -- accumulates it)."""
+    matmul's sum, as BLAS gemm with beta=1 -- torch.addmm, F.linear -- accumulates it).
+    Leading dims are flattened into one GEMM, as torch's linear does (NumPy's matmul of a
+    (L, N, K) stack would run L small GEMMs)."""
+    lead = _shape(x)[:-1]
+    if len(lead) > 1:
+        y = _linear_decomp(fnp.reshape(x, (-1, _shape(x)[-1])), w, b, bias_in_sum=bias_in_sum)
+        return fnp.reshape(y, lead + _shape(y)[-1:])
     if b is not None and bias_in_sum:
         ones = fnp.ones(_shape(x)[:-1] + (1,), _dtype(x), like=x)
         wb = fnp.concatenate([w, fnp.reshape(_as_dtype(b, w), (-1, 1))], axis=-1)

@@ -760,3 +760,25 @@ def test_gpu_tests_are_skipped_cleanly_without_cupy(request):
         if item.get_closest_marker("gpu") is not None:
             skips = [m for m in item.iter_markers("skip") if "gpu" in str(m.kwargs.get("reason"))]
             assert bool(skips) != have_gpu, item.nodeid
+
+
+def test_cyclic_gc_paused_inside_a_transform_and_restored():
+    import gc
+    seen = []
+
+    def f(x):
+        seen.append(gc.isenabled())
+        return x * 2.0
+    x = np.ones(3, np.float32)
+    assert gc.isenabled()
+    fpx.interval(f)(x)
+    assert seen == [False] and gc.isenabled()
+    gc.disable()
+    try:
+        fpx.interval(f)(x)
+        assert not gc.isenabled()        # a caller's own setting is left alone
+    finally:
+        gc.enable()
+    with pytest.raises(ZeroDivisionError):
+        fpx.interval(lambda x: 1 // 0)(x)
+    assert gc.isenabled()
