@@ -9,6 +9,8 @@ once with ``fpx.nn`` (conv = im2col + one GEMM) and run as plain NumPy (eager) f
   rounded, sequential order), ``sr`` and ``ud``: target <= 10x per sample (PRISM in C++/SIMD
   ~11x on MNIST, Verrou ~335x).
 * ``granularity="op"`` (each primitive's output rounded): target <= 2x per sample.
+* a float32 sequential sum of 10^6 terms under ``sr``, samples=16: target <= 10x plain
+  ``np.sum`` per sample (NumPy's pairwise SIMD sum: ~0.15 ms).
 
 Measured in one run (interleaved rounds, best of each); prints a table and a final JSON line.
 """
@@ -23,6 +25,7 @@ import numpy as np
 from _timing import timeit  # benchmarks/ (the script's folder) is on sys.path
 import fpx
 import fpx.nn as fnn
+import fpx.numpy as fnp
 
 
 def make_cnn(batch=64, seed=0):
@@ -63,13 +66,24 @@ def main(argv=None):
         for k, st in configs.items():
             times[k] = min(times[k], timeit(lambda st=st: st(x), reps))
     rows = {k: t / S / t_plain for k, t in times.items()}
+    # a float32 sequential sum of 10^6 terms under sr vs plain np.sum
+    xs = np.random.default_rng(1).random(10**6).astype(np.float32)
+    st_sum = fpx.stochastic(lambda v: fnp.sum(v), "sr", samples=S, progress=False)
+    t_np, t_sum = math.inf, math.inf
+    for _ in range(2 if args.quick else 3):
+        t_np = min(t_np, timeit(lambda: np.sum(xs), reps * 10))
+        t_sum = min(t_sum, timeit(lambda: st_sum(xs), reps))
+    sum_ratio = t_sum / S / t_np
     ys = fpx.stochastic(cnn, "sr", samples=S, progress=False)(x)
     bits = fpx.metrics.significant_bits(ys, method="cnh")
     print(f"plain float32 forward (batch 64): {t_plain * 1e3:.2f} ms")
     for k, r in rows.items():
         print(f"  stochastic {k:8s}: {r:6.2f}x per sample")
+    print(f"  float32 sequential sum of 10^6 terms, sr: {sum_ratio:6.2f}x np.sum per sample "
+          f"(np.sum {t_np * 1e3:.3f} ms)")
     print(f"  significant bits of the logits under sr (CNH, median): {np.median(bits):.1f}")
-    targets = {"flop/sr": 10.0, "flop/ud": 10.0, "op/sr": 2.0, "op/ud": 2.0}
+    rows["sum/sr"] = sum_ratio
+    targets = {"flop/sr": 10.0, "flop/ud": 10.0, "op/sr": 2.0, "op/ud": 2.0, "sum/sr": 10.0}
     print(json.dumps({"benchmark": "stochastic", "plain_ms": round(t_plain * 1e3, 3),
                       "samples": S, "ratio_per_sample": {k: round(v, 2) for k, v in rows.items()},
                       "targets": targets,

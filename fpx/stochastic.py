@@ -536,8 +536,11 @@ def _sum_like(self, prim, a, axis, keepdims, dtype, kind):
     if self.granularity == "flop":
         kcode = {"sum": 1 if self.order == "pairwise" else 0, "prod": 2, "cumsum": 3}[kind]
         xb = np.broadcast_to(x4, (self.S, O, K, I_))
-        _K.reduce_flop(xb, self.keys, self.next_op(), _K.MODES[self.mode],
-                       _fparams(F_acc), int(self.t or F_acc.p), kcode, out)
+        if kcode in (0, 3) and F_acc.name == "float32" and self.mode in ("sr", "ud", "cestac"):
+            _K.fast_reduce(_K.MODES[self.mode])(xb, self.keys, self.next_op(), kcode == 3, out)
+        else:
+            _K.reduce_flop(xb, self.keys, self.next_op(), _K.MODES[self.mode],
+                           _fparams(F_acc), int(self.t or F_acc.p), kcode, out)
         res = out
         if F_out.p < F_acc.p or F_out.name != F_acc.name:
             res = self.round_to(out, F_out, np.float64, True)

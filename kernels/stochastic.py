@@ -609,6 +609,78 @@ def fast_matmul(mode_code):
     return k
 
 
+def _make_fast_reduce(MODE):
+    rnd, _ = _fast_ops(MODE)
+    LANES = 8
+    LO, SPAN = np.int64(1023 - 125), np.uint64(250)   # float32 binades 2^-125 .. 2^126
+
+    @numba.njit(parallel=True, nogil=True, error_model="numpy")
+    def kernel(X, keys, op_id, cumulative, out):
+        S, O, K, I = X.shape
+        shared = X.strides[0] == 0            # one input for every sample
+        nch = (S + LANES - 1) // LANES
+        for job in prange(O * I * nch):       # noqa: B007
+            o = job // (I * nch)
+            i = (job // nch) % I
+            s0 = (job % nch) * LANES
+            ns = min(S, s0 + LANES) - s0
+            # the running sums are one dependency chain per sample: the samples of an output
+            # run side by side (independent chains); padding lanes repeat the last sample
+            kk = np.empty(LANES, np.uint64)
+            acc = np.zeros(LANES)
+            xl = np.zeros(LANES)
+            for j in range(LANES):
+                sj = s0 + min(j, ns - 1)
+                kk[j] = op_key(keys[sj], op_id)
+                if K > 0:
+                    acc[j] = X[sj, o, 0, i]
+            if cumulative and K > 0:
+                for j in range(ns):
+                    out[s0 + j, o, 0, i] = acc[j]
+            base = np.uint64((o * I + i) * K)
+            for k in range(1, K):
+                pos = base + np.uint64(k)
+                if shared:
+                    x0 = X[s0, o, k, i]
+                    for j in range(LANES):
+                        xl[j] = x0
+                else:
+                    for j in range(LANES):
+                        xl[j] = X[s0 + min(j, ns - 1), o, k, i]
+                for j in range(LANES):
+                    h = bits_at(kk[j], pos)
+                    b = _f2i(acc[j] + xl[j])
+                    if np.uint64(((b >> 52) & 0x7FF) - LO) <= SPAN:
+                        # inside float32's binades 2^-125 .. 2^126: the rounded sum stays a
+                        # normal, finite float32 whichever way it goes
+                        acc[j] = _i2f(rnd(b, np.int64(h >> _SH1), (h & _ONE) != 0))
+                    else:           # zero, the edge binades, subnormal, overflow, inf, NaN
+                        acc[j] = _add_round(acc[j], xl[j], h, MODE, 24, -126, _F32[2], False,
+                                            24)
+                if cumulative:
+                    for j in range(ns):
+                        out[s0 + j, o, k, i] = acc[j]
+            if not cumulative:
+                for j in range(ns):
+                    out[s0 + j, o, 0, i] = acc[j]
+    return kernel
+
+
+_FAST_REDUCE = {}
+
+
+def fast_reduce(mode_code):
+    """:func:`reduce_flop` kinds 0 and 3 (sequential sum, running sum) into float32 for modes
+    sr, ud, cestac: the same positions and bits, the samples of one output side by side (8
+    lanes: the running sums are one dependency chain per sample, so it is the samples that
+    vectorize), bit-pattern rounding as the fast matmul, the general rounder for elements
+    outside float32's normal range. ``kernel(X, keys, op_id, cumulative, out)``."""
+    k = _FAST_REDUCE.get(mode_code)
+    if k is None:
+        k = _FAST_REDUCE[mode_code] = _make_fast_reduce(mode_code)
+    return k
+
+
 # elementwise operand combinations of the fast row kernel: the float64 value to round
 _ROW_OPS = {"round": 0, "add": 1, "sub": 2, "mul": 3, "div": 4}
 

@@ -1060,3 +1060,43 @@ def test_fused_float32_binary_ops_equal_the_general_path(mode, monkeypatch):
     general = go()
     _equal_trees(fused, general)
     assert fused["bias"].dtype == np.float32 and fused["bias"].shape == (5, 4, 8, 6, 6)
+
+
+@pytest.mark.parametrize("mode", ["sr", "ud", "cestac"])
+@pytest.mark.parametrize("cumulative", [False, True])
+def test_fast_float32_running_sums(mode, cumulative):
+    """The float32 fast sum (samples side by side, bit patterns): results on float32's grid,
+    SR/CESTAC exact on exact sums, the edges (cancellation to zero, subnormals, overflow to
+    inf) through the general rounder, and the same samples for a shared or a per-sample input
+    and for 1 or 2 threads."""
+    rng = np.random.default_rng(12)
+    x = rng.standard_normal((3, 200, 2)).astype(np.float32)
+    x[0, 10, 0] = -x[0, :10, 0].sum(dtype=np.float64)
+    x[0, 11, 0] = 1e-40
+    x[1, 50:53, 1] = [3.0e38, 2.0e38, -1e38]
+    x[2, :5, 0] = [1e-44, -1e-44, 2e-39, 0.0, 0.0]
+    ints = rng.integers(-1000, 1000, (3, 200, 2)).astype(np.float64)   # every sum exact
+    keys = sample_keys(5, range(10))
+    kern = K.fast_reduce(K.MODES[mode])
+
+    def run(X):
+        out = np.empty(X.shape if cumulative else X.shape[:2] + (1,) + X.shape[3:])
+        kern(X, keys, 4, cumulative, out)
+        return out
+    shared = np.broadcast_to(x.astype(np.float64), (10,) + x.shape)
+    y = run(shared)
+    assert np.array_equal(y.astype(np.float32).astype(np.float64), y, equal_nan=True)
+    final = y[:, :, -1] if cumulative else y[:, :, 0]
+    assert np.isinf(final[:, 1, 1]).all()                       # overflow past float32 max
+    assert np.ptp(final[:, 0, 1]) > 0                            # the samples differ
+    assert np.array_equal(run(np.ascontiguousarray(shared)), y, equal_nan=True)
+    old = numba.get_num_threads()
+    try:
+        numba.set_num_threads(1)
+        assert np.array_equal(run(shared), y, equal_nan=True)
+    finally:
+        numba.set_num_threads(old)
+    ye = run(np.broadcast_to(ints, (10,) + ints.shape))
+    exact = np.cumsum(ints, axis=1) if cumulative else ints.sum(axis=1, keepdims=True)
+    if mode != "ud":                                              # UD moves exact results
+        assert np.array_equal(ye, np.broadcast_to(exact, ye.shape))
