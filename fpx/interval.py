@@ -74,6 +74,13 @@ class Interval:
         self.unstable = unstable
 
     @classmethod
+    def _trusted(cls, lo, hi, value, unstable=None):
+        """An interval the interpreter built (float64 arrays, lo <= hi or NaN): no checks."""
+        self = object.__new__(cls)
+        self.lo, self.hi, self.value, self.unstable = lo, hi, value, unstable
+        return self
+
+    @classmethod
     def around(cls, value, radius=0.0, rel=0.0):
         """``value ± (radius + rel·|value|)`` (outward rounded), keeping ``value``'s dtype."""
         v = np.asarray(value)
@@ -118,6 +125,15 @@ class Interval:
             els = ", ".join(f"[{a:.9g}, {b:.9g}]" for a, b in zip(lo.ravel(), hi.ravel()))
             return f"{head}\n  {els}"
         return head
+
+
+def _is_point(lo, hi):
+    """lo == hi everywhere (a few elements first: a real interval usually differs there)."""
+    flo, fhi = np.ravel(lo), np.ravel(hi)
+    head = min(flo.size, 64)
+    if not np.array_equal(flo[:head], fhi[:head]):
+        return False
+    return bool(np.all(lo == hi))
 
 
 def _is_cupy(x):
@@ -1581,7 +1597,7 @@ def run_interval(f, args, kwargs, **options):
     for i, x in enumerate(leaves):
         if isinstance(x, Interval):
             wrapped.append(IntervalTracer(interp, x.value, x.lo, x.hi, x.unstable,
-                                          bool(np.all(x.lo == x.hi))))
+                                          _is_point(x.lo, x.hi)))
         elif is_array_leaf(x):
             check_dtype(x, f"input leaf {i} of {getattr(f, '__name__', 'f')}")
             c = concrete(x)
@@ -1596,7 +1612,7 @@ def run_interval(f, args, kwargs, **options):
     res = []
     for x in o_leaves:
         if isinstance(x, IntervalTracer) and x._interp is interp:
-            res.append(Interval(x.lo, x.hi, x.primal, x.unstable))
+            res.append(Interval._trusted(x.lo, x.hi, x.primal, x.unstable))
         elif is_array_leaf(x) or isinstance(x, (bool, int, float)):
             c = _as_f64(concrete(x))
             res.append(Interval(c, c, x))
