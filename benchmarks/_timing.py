@@ -1,6 +1,7 @@
-"""Shared timing helper of the benchmarks: median wall time of repeated calls."""
+"""Shared helpers of the benchmarks: median wall time of repeated calls, the --quick flag."""
 from __future__ import annotations
 
+import argparse
 import time
 
 import numpy as np
@@ -15,3 +16,11 @@ def timeit(fn, reps):
         fn()
         ts.append(time.perf_counter() - t0)
     return float(np.median(ts))
+
+
+def parse_args(doc, argv=None):
+    """The benchmarks' command line: ``--quick`` (fewer repetitions, under a minute)."""
+    ap = argparse.ArgumentParser(description=doc.splitlines()[0])
+    ap.add_argument("--quick", action="store_true", help="fewer repetitions (< 1 minute)")
+    return ap.parse_args(argv)
+

@@ -8,7 +8,6 @@ Target: eval interpreter <= 1.3x plain NumPy. Prints a final JSON line.
 """
 from __future__ import annotations
 
-import argparse
 import json
 import time
 
@@ -16,6 +15,7 @@ import numpy as np
 
 import fpx
 import fpx.numpy as fnp
+from _timing import parse_args  # benchmarks/ (the script's folder) is on sys.path
 
 
 def make(batch=64, width=512, layers=4, seed=0):
@@ -50,9 +50,7 @@ def best_of(fn, reps, inner):
 
 
 def main(argv=None):
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--quick", action="store_true", help="fewer repetitions (< 1 minute)")
-    args = ap.parse_args(argv)
+    args = parse_args(__doc__, argv)
     reps, inner = (7, 20) if args.quick else (21, 50)
     x, ws, bs = make()
     ref = mlp_numpy(x, ws, bs)

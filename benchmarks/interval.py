@@ -15,12 +15,11 @@ Both measured in one run; prints a final JSON line.
 """
 from __future__ import annotations
 
-import argparse
 import json
 
 import numpy as np
 
-from _timing import timeit  # benchmarks/ (the script's folder) is on sys.path
+from _timing import parse_args, timeit  # benchmarks/ (the script's folder) is on sys.path
 import fpx
 from fpx import formats
 from fpx.kernels.render import render_matmul
@@ -43,9 +42,7 @@ def make_mlp(batch=256, width=1024, layers=4, seed=0):
 
 
 def main(argv=None):
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--quick", action="store_true", help="fewer repetitions (< 1 minute)")
-    args = ap.parse_args(argv)
+    args = parse_args(__doc__, argv)
     reps = 5 if args.quick else 15
 
     # 1. MLP overhead -----------------------------------------------------------------------

@@ -16,13 +16,12 @@ Measured in one run (interleaved rounds, best of each); prints a table and a fin
 """
 from __future__ import annotations
 
-import argparse
 import json
 import math
 
 import numpy as np
 
-from _timing import timeit  # benchmarks/ (the script's folder) is on sys.path
+from _timing import parse_args, timeit  # benchmarks/ (the script's folder) is on sys.path
 import fpx
 import fpx.nn as fnn
 import fpx.numpy as fnp
@@ -50,9 +49,7 @@ def make_cnn(batch=64, seed=0):
 
 
 def main(argv=None):
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--quick", action="store_true", help="fewer repetitions (< 1 minute)")
-    args = ap.parse_args(argv)
+    args = parse_args(__doc__, argv)
     reps = 3 if args.quick else 7
     S = 16
     cnn, x = make_cnn()

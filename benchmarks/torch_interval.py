@@ -14,7 +14,6 @@ Prints a final JSON line.
 """
 from __future__ import annotations
 
-import argparse
 import json
 import warnings
 
@@ -31,7 +30,7 @@ except ImportError:                       # torch is an optional extra: nothing 
         raise SystemExit(0)
     raise
 
-from _timing import timeit  # benchmarks/ (the script's folder) is on sys.path
+from _timing import parse_args, timeit  # benchmarks/ (the script's folder) is on sys.path
 import fpx
 from fpx.transform import adapt
 
@@ -87,9 +86,7 @@ def measure(name, module, x, reps, rounds=3):
 
 
 def main(argv=None):
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--quick", action="store_true", help="fewer repetitions (< 1 minute)")
-    args = ap.parse_args(argv)
+    args = parse_args(__doc__, argv)
     reps, rounds = (2, 2) if args.quick else (7, 3)
     torch.manual_seed(0)
     g = torch.Generator().manual_seed(0)
