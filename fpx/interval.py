@@ -1512,6 +1512,24 @@ def _softmax(self, prim, x, *, axis=-1):
     # torch multiplies by the reciprocal of the sum: two roundings cover both spellings
     r_d, a_d = 2 * r_d + r_d * r_d, 2 * a_d * (1 + r_d)
     k = 16 * _E64
+    dlow = (1 - r_e) * (1 - gam) - n * a_e * (1 + gam) - beta
+    dhigh = (1 + r_e) * (1 + gam) + n * a_e * (1 + gam) + beta
+    if not dlow > 0:
+        return prim.decomposition(x, axis=axis)
+    un = None if u is None else np.broadcast_to(np.any(u, axis=ax, keepdims=True), np.shape(lo))
+    if isinstance(lo, np.ndarray) and isinstance(hi, np.ndarray) and n > 0:
+        # the same bound, one row at a time in a compiled loop (kernels/interval.py)
+        lo_t, hi_t = np.moveaxis(lo, ax, -1), np.moveaxis(hi, ax, -1)
+        ylo, yhi = _K.softmax_bounds(lo_t, hi_t, r_s, a_s, k, r_e, a_e, r_d, a_d, dlow, dhigh,
+                                     _gamma(n + 2, 2.0 ** -53), _LIBM64_ULPS)
+        return self.new(v, np.moveaxis(ylo, -1, ax), np.moveaxis(yhi, -1, ax), un)
+    return self.new(v, *_softmax_bounds_np(lo, hi, ax, n, r_s, a_s, k, r_e, a_e, r_d, a_d, dlow,
+                                           dhigh), un)
+
+
+def _softmax_bounds_np(lo, hi, ax, n, r_s, a_s, k, r_e, a_e, r_d, a_d, dlow, dhigh):
+    """The softmax rule's bound in array operations (any backend; the reference for
+    ``_K.softmax_bounds``)."""
     with np.errstate(all="ignore"):
         # the subtraction x - max(x) rounds: an input perturbation of r_s |x - M| + a_s
         mlo = np.max(lo, axis=ax, keepdims=True)
@@ -1535,20 +1553,15 @@ def _softmax(self, prim, x, *, axis=-1):
         plo = np.maximum(el / (el + others_hi) * (1 - 4 * _E64), 0.0)
         phi = np.minimum(eh / (eh + others_lo) * (1 + 4 * _E64), 1.0)
         plo = np.where(el > 0, plo, 0.0)
-        # the evaluation's errors: exp (relative r_e, absolute a_e), the sum (gamma, beta),
-        # the division; the exact sum is >= 1 (the max's own term is exp(0))
-        dlow = (1 - r_e) * (1 - gam) - n * a_e * (1 + gam) - beta
-        dhigh = (1 + r_e) * (1 + gam) + n * a_e * (1 + gam) + beta
-        if not dlow > 0:
-            return prim.decomposition(x, axis=axis)
+        # the evaluation's errors: exp (relative r_e, absolute a_e), the sum (gamma, beta:
+        # dlow/dhigh), the division; the exact sum is >= 1 (the max's own term is exp(0))
         nl = plo * (1 - r_e) - a_e
         nh = phi * (1 + r_e) + a_e
         qlo = np.where(nl >= 0, nl / dhigh, nl / dlow)
         qhi = nh / dlow
         ylo = (qlo * (1 - r_d) - a_d) * (1 - k) - np.abs(qlo) * k - _TINY64
         yhi = (qhi * (1 + r_d) + a_d) * (1 + k) + _TINY64
-    un = None if u is None else np.broadcast_to(np.any(u, axis=ax, keepdims=True), np.shape(lo))
-    return self.new(v, ylo, yhi, un)
+    return ylo, yhi
 
 
 # =============================================================================================

@@ -1599,3 +1599,33 @@ def test_conv_rule_without_float64_im2col_is_sound_and_as_tight(point, groups, s
     y_rev = fnn.conv2d(x[:, :, ::-1, ::-1].copy(), w[:, :, ::-1, ::-1].copy(), b,
                        stride=1, padding=1, groups=groups)[:, :, ::-1, ::-1][:, :, ::stride, ::stride]
     assert out.contains(y_rev).all()
+
+
+def test_softmax_rule_kernel_matches_its_array_form_and_is_sound():
+    """The softmax rule's compiled row loop against the same bound in array operations, and
+    against exact softmaxes of points in the box (mpmath)."""
+    import sys
+    import mpmath
+    iv_mod = sys.modules["fpx.interval"]
+    from fpx.kernels import interval as KI
+    rng = np.random.default_rng(10)
+    x = (rng.standard_normal((3, 4, 9)) * 4).astype(np.float32)
+    xi = fpx.Interval.around(x, rel=1e-3)
+    for ax in (-1, 1):
+        out = fpx.interval(lambda h: fpx.nn.softmax(h, axis=ax))(xi)
+        lo, hi = xi.lo, xi.hi
+        n = x.shape[ax]
+        args = (1e-7, 1e-45, 16 * 2.0 ** -52, 2e-7, 1e-45, 4e-7, 2e-45, 0.99, 1.01)
+        klo, khi = KI.softmax_bounds(np.moveaxis(lo, ax, -1), np.moveaxis(hi, ax, -1), *args,
+                                     iv_mod._gamma(n + 2, 2.0 ** -53), iv_mod._LIBM64_ULPS)
+        nlo, nhi = iv_mod._softmax_bounds_np(np.moveaxis(lo, ax, -1), np.moveaxis(hi, ax, -1),
+                                             -1, n, *args)
+        assert np.allclose(klo, nlo, rtol=1e-12, atol=1e-300)
+        assert np.allclose(khi, nhi, rtol=1e-12, atol=1e-300)
+        for t in (0.0, 0.5, 1.0):
+            p = np.moveaxis(lo + t * (hi - lo), ax, -1).reshape(-1, n)
+            exact = np.array([[float(mpmath.exp(v) / mpmath.fsum(mpmath.exp(w) for w in row))
+                               for v in row] for row in p])
+            exact = np.moveaxis(exact.reshape(np.moveaxis(lo, ax, -1).shape), -1, ax)
+            assert out.contains(exact).all()
+        assert out.contains(fpx.nn.softmax(x, axis=ax)).all()
