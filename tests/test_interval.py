@@ -1629,3 +1629,25 @@ def test_softmax_rule_kernel_matches_its_array_form_and_is_sound():
             exact = np.moveaxis(exact.reshape(np.moveaxis(lo, ax, -1).shape), -1, ax)
             assert out.contains(exact).all()
         assert out.contains(fpx.nn.softmax(x, axis=ax)).all()
+
+
+@pytest.mark.parametrize("mode", ["midrad", "fast"])
+def test_interval_times_interval_value_centred_is_sound(mode):
+    """Both operands intervals (attention's Q·Kᵀ): the fused value-centred path against exact
+    products of corner and inner points and float32 runs in another order."""
+    rng = np.random.default_rng(13)
+    q = rng.standard_normal((3, 5, 16)).astype(np.float32)
+    k = rng.standard_normal((3, 16, 7)).astype(np.float32)
+    qi, ki = fpx.Interval.around(q, rel=1e-3), fpx.Interval.around(k, rel=1e-3)
+    out = fpx.interval(lambda a, b: a @ b, matmul=mode)(qi, ki)
+    assert np.array_equal(out.value, q @ k)
+    for s, t in ((0.0, 1.0), (1.0, 0.0), (0.5, 0.5), (0.0, 0.0), (1.0, 1.0)):
+        a = qi.lo + s * (qi.hi - qi.lo)
+        b = ki.lo + t * (ki.hi - ki.lo)
+        assert out.contains(a @ b).all()
+    rev = np.zeros((3, 5, 7), np.float32)
+    for kk in range(15, -1, -1):
+        rev = (rev + q[:, :, kk, None] * k[:, None, kk, :]).astype(np.float32)
+    assert out.contains(rev).all()
+    ref = fpx.interval(lambda a, b: a @ b, matmul="exact-center")(qi, ki)
+    assert np.median(out.width / ref.width) < 1.5
