@@ -1304,38 +1304,44 @@ def _matmul(self, prim, a, b):
                              au, bu)
 
 
-@_rule("conv")
-def _conv(self, prim, x, w, b=None, **params):
-    """A convolution of an activation with constant float32 weights, without the im2col of
-    float64 bounds. An interval activation is value-centred as the matmul rule's fast path is:
-    the radius is ``conv(L, |w|)`` with ``L = 2c·(|v| + r) + r`` per *input* element
-    (``mm_left``; padding gives L = 0), one float32 convolution of the same decomposition (a
-    float32 GEMM of nonnegative terms: R·(1 - γ_{K+1}(u32))^-1 + K·2^-150 bounds it), the
-    centre the program's own conv value. A point activation (the data) gets an exact float64
-    centre (a float64 conv) and the radius (c + γ_{K+2}(u64))·conv(|x|, |w|), as the matmul
-    rule's point path. The bias is then the interpreter's interval add. Anything else -- interval
-    or non-float32 weights, a policy that rounds the inputs (tf32), ``bias_in_sum``, narrow
+@_rule("conv", "linear")
+def _weighted(self, prim, x, w, b=None, **params):
+    """A convolution (``fpx.nn.conv``) or linear layer (``fpx.nn.linear``) of an activation
+    with constant float32 weights, without materializing float64 bounds of its GEMM operands
+    (the im2col of a convolution, the ``[x | 1]`` of a bias in the sum). An interval activation
+    is value-centred as the matmul rule's fast path is: the radius is ``op(L, |w|)`` with
+    ``L = 2c·(|v| + r) + r`` per *input* element (``mm_left``; padding gives L = 0), one
+    float32 evaluation of the same op (a float32 GEMM of nonnegative terms:
+    R·(1 - γ_{K+1}(u32))^-1 + K·2^-150 bounds it), the centre the program's own value. A point
+    activation (the data) gets an exact float64 centre (the op in float64) and the radius
+    (c + γ_{K+2}(u64))·op(|x|, |w|), as the matmul rule's point path. A bias in the sum
+    (``bias_in_sum``: one more term, of value 1·b) enters the radius GEMM as the bias ``2c·|b|``
+    (``|b|`` for points); a bias added afterwards is the interpreter's interval add. Anything
+    else -- interval or non-float32 weights, a policy that rounds the inputs (tf32), narrow
     intervals (where an exact centre is worth more), unstable or non-finite inputs, possible
-    overflow, CuPy arrays -- runs the decomposition (im2col + the matmul rule)."""
-    y = _conv_value_centred(self, prim, x, w, b, params)
+    overflow, CuPy arrays -- runs the decomposition (and the matmul rule)."""
+    y = _weighted_value_centred(self, prim, x, w, b, params)
     return y if y is not None else prim.decomposition(x, w, b, **params)
 
 
-def _conv_value_centred(self, prim, x, w, b, params):
+def _weighted_value_centred(self, prim, x, w, b, params):
+    in_sum = bool(params.get("bias_in_sum")) and b is not None
     if (not self._own(x) or self._own(w) or (b is not None and self._own(b))
-            or params.get("bias_in_sum") or x.unstable is not None
+            or x.unstable is not None
             or self.matmul == "render" or (self.matmul == "exact-center" and not x.point)):
         return None
     vx, wc = self.primal_of(x), concrete(w)
+    bc = None if b is None else np.asarray(concrete(b))
     if not (isinstance(vx, np.ndarray) and isinstance(wc, np.ndarray) and isinstance(x.lo, np.ndarray)
-            and vx.dtype == np.float32 and wc.dtype == np.float32):
+            and vx.dtype == np.float32 and wc.dtype == np.float32
+            and (bc is None or (bc.dtype == np.float32 and np.all(np.isfinite(bc))))):
         return None
     prec = self.policy.resolve("matmul", np.dtype(np.float32))
     F_in, F_prod, F_acc = prec.input, prec.compute, prec.accumulate
     F_out = _formats.get(np.dtype(np.float32))
     if not _contains_format(F_in, F_out) or F_acc.p > 24:
         return None
-    K = int(np.prod(np.shape(wc)[1:]))
+    K = (int(np.prod(np.shape(wc)[1:])) if prim.name == "conv" else np.shape(wc)[-1]) + in_sum
     c = _matmul_constant(self, F_in, F_prod, F_acc, K)
     corr = 1.0 / (1.0 - _gamma(K + 1, 2.0 ** -24))
     absterm = 2 * K * (F_prod.smallest_subnormal + F_acc.smallest_subnormal)
@@ -1343,23 +1349,28 @@ def _conv_value_centred(self, prim, x, w, b, params):
         absw = np.abs(wc)
         if x.point and self.matmul != "fast":
             # exact float64 centre (products of float32 values are exact; the float64 sums'
-            # error is the γ_{K+2}(u64) share of the radius), radius (c + γ)·conv(|x|, |w|)
+            # error is the γ_{K+2}(u64) share of the radius), radius (c + γ)·op(|x|, |w|)
             if not np.all(np.isfinite(vx)):
                 return None
             L, m = np.abs(vx), float(np.max(np.abs(vx), initial=0.0))
-            center = self.bind_parent(prim, vx.astype(np.float64), wc.astype(np.float64), None,
-                                      **params)
+            center = self.bind_parent(prim, vx.astype(np.float64), wc.astype(np.float64),
+                                      bc.astype(np.float64) if in_sum else None, **params)
             f = _up(c + _gamma(K + 2, 2.0 ** -53), 2) * corr
+            bias_r = np.abs(bc) if in_sum else None
         else:
             # value-centred: L = 2c·(|v| + r) + r per input element
             L, st = _K.mm_left(vx, x.lo, x.hi, 2 * c, stats=True)
             if not (all(np.isfinite(st)) and (x.point or st[0] >= 4 * c * st[1] * 1.01)):
                 return None
             m, center, f = st[2], None, corr
-        if not m * float(absw.max(initial=0.0)) * K * (1.0 + c) * (1 + 2.0 ** -40) <= F_acc.max:
+            bias_r = _f32_upper(_up(2 * c * np.abs(bc.astype(np.float64)), 2)) if in_sum else None
+        if in_sum:
+            m = max(m, 1.0)                 # the bias's own term: 1 · b
+        bmax = max(float(absw.max(initial=0.0)), float(np.max(np.abs(bc))) if in_sum else 0.0)
+        if not m * bmax * K * (1.0 + c) * (1 + 2.0 ** -40) <= F_acc.max:
             return None
-        v = self.value_of(prim, (x, w, None), params)          # the program's conv, no bias
-        R = np.asarray(self.bind_parent(prim, L, absw, None, **params))   # float32 conv(L, |w|)
+        v = self.value_of(prim, (x, w, b if in_sum else None), params)   # the program's value
+        R = np.asarray(self.bind_parent(prim, L, absw, bias_r, **params))   # float32 op(L, |w|)
         if not (np.all(np.isfinite(concrete(v))) and np.all(np.isfinite(R))):
             return None
         rad = (R, f, f * K * 2.0 ** -150 + absterm)
@@ -1373,10 +1384,11 @@ def _conv_value_centred(self, prim, x, w, b, params):
         if F_out.name != F_acc.name:
             lo, hi = _round_bounds(lo, hi, F_out, self.accuracy("cast", F_out))
     y = self.new(v, lo, hi)
-    if b is None:
+    if b is None or in_sum:
         return y
-    nd = np.ndim(wc) - 2
-    return y + np.reshape(concrete(b), (np.shape(wc)[0],) + (1,) * nd)   # the add rule
+    if prim.name == "linear":
+        return y + bc                                                   # the add rule
+    return y + np.reshape(bc, (np.shape(wc)[0],) + (1,) * (np.ndim(wc) - 2))
 
 
 def _centre_of(v):

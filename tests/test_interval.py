@@ -1562,8 +1562,8 @@ def test_constant_times_interval_uses_the_mirrored_value_centred_bound_soundly()
 
 
 @pytest.mark.parametrize("point", [True, False])
-@pytest.mark.parametrize("groups,stride,bias", [(1, 1, True), (2, 2, False)])
-def test_conv_rule_without_float64_im2col_is_sound_and_as_tight(point, groups, stride, bias):
+@pytest.mark.parametrize("groups,stride,bias,in_sum", [(1, 1, True, False), (2, 2, False, False), (1, 2, True, True)])
+def test_conv_rule_without_float64_im2col_is_sound_and_as_tight(point, groups, stride, bias, in_sum):
     """fpx.nn.conv2d's own interval rule (value-centred for interval inputs, exact float64
     centre for points) against the decomposition, exact results and float32 runs."""
     import sys
@@ -1576,16 +1576,16 @@ def test_conv_rule_without_float64_im2col_is_sound_and_as_tight(point, groups, s
     xin = x if point else fpx.Interval.around(x, rel=1e-3)
 
     def f(h):
-        return fnn.conv2d(h, w, b, stride=stride, padding=1, groups=groups)
+        return fnn.conv(h, w, b, stride=stride, padding=1, groups=groups, bias_in_sum=in_sum)
     used = []
-    real = iv_mod._conv_value_centred
-    iv_mod._conv_value_centred = lambda *a: (lambda r: used.append(r is not None) or r)(real(*a))
+    real = iv_mod._weighted_value_centred
+    iv_mod._weighted_value_centred = lambda *a: (lambda r: used.append(r is not None) or r)(real(*a))
     try:
         out = fpx.interval(f)(xin)
-        iv_mod._conv_value_centred = lambda *a: None
+        iv_mod._weighted_value_centred = lambda *a: None
         ref = fpx.interval(f)(xin)
     finally:
-        iv_mod._conv_value_centred = real
+        iv_mod._weighted_value_centred = real
     assert used == [True]
     assert np.array_equal(out.value, f(x)) and np.array_equal(out.value, ref.value)
     assert np.all(out.width <= ref.width * (1 + 1e-6) + 1e-30)
@@ -1651,3 +1651,46 @@ def test_interval_times_interval_value_centred_is_sound(mode):
     assert out.contains(rev).all()
     ref = fpx.interval(lambda a, b: a @ b, matmul="exact-center")(qi, ki)
     assert np.median(out.width / ref.width) < 1.5
+
+
+@pytest.mark.parametrize("point", [True, False])
+@pytest.mark.parametrize("bias,in_sum", [(False, False), (True, False), (True, True)])
+def test_linear_rule_is_sound_and_as_tight_as_the_decomposition(point, bias, in_sum):
+    """fpx.nn.linear's own interval rule (no float64 [x | 1] concatenation) against the
+    decomposition, exact results and float32 runs in another order."""
+    import sys
+    import fpx.nn as fnn
+    iv_mod = sys.modules["fpx.interval"]
+    rng = np.random.default_rng(14)
+    x = rng.standard_normal((2, 6, 40)).astype(np.float32)
+    w = (rng.standard_normal((9, 40)) * 0.2).astype(np.float32)
+    b = rng.standard_normal(9).astype(np.float32) if bias else None
+    xin = x if point else fpx.Interval.around(x, rel=1e-3)
+
+    def f(h):
+        return fnn.linear(h, w, b, bias_in_sum=in_sum)
+    used = []
+    real = iv_mod._weighted_value_centred
+    iv_mod._weighted_value_centred = lambda *a: (lambda r: used.append(r is not None) or r)(real(*a))
+    try:
+        out = fpx.interval(f)(xin)
+        iv_mod._weighted_value_centred = lambda *a: None
+        ref = fpx.interval(f)(xin)
+    finally:
+        iv_mod._weighted_value_centred = real
+    assert used == [True]
+    assert np.array_equal(out.value, f(x)) and np.array_equal(out.value, ref.value)
+    assert np.all(out.width <= ref.width * (1 + 1e-6) + 1e-30)
+    w64, b64 = w.astype(np.float64), None if b is None else b.astype(np.float64)
+    lo = x.astype(np.float64) if point else xin.lo
+    hi = x.astype(np.float64) if point else xin.hi
+    for t in (0.0, 0.4, 1.0):
+        y = (lo + t * (hi - lo)) @ w64.T + (0 if b64 is None else b64)
+        assert out.contains(y).all()
+    rev = np.zeros((2, 6, 9), np.float32) if b is None or not in_sum else \
+        np.broadcast_to(b, (2, 6, 9)).astype(np.float32)
+    for kk in range(39, -1, -1):
+        rev = (rev + x[..., kk, None] * w[None, None, :, kk]).astype(np.float32)
+    if b is not None and not in_sum:
+        rev = (rev + b).astype(np.float32)
+    assert out.contains(rev).all()
