@@ -799,6 +799,16 @@ def _where(self, prim, c, x, y):
     xlo, xhi, xu, xp = self.bounds(x, dt)
     ylo, yhi, yu, yp = self.bounds(y, dt)
     sure_t, sure_f = clo != 0, chi == 0
+    if cu is None and (np.all(sure_f) or np.all(sure_t)):
+        # every condition decided the same way (a mask with nothing masked): that side's
+        # bounds as they are (read-only views where they broadcast)
+        lo, hi, u, p = (ylo, yhi, yu, yp) if np.all(sure_f) else (xlo, xhi, xu, xp)
+        shape = np.shape(concrete(v))
+        if np.shape(lo) != shape:
+            lo, hi = np.broadcast_to(lo, shape), np.broadcast_to(hi, shape)
+        if u is not None and np.shape(u) != shape:
+            u = np.broadcast_to(u, shape)
+        return self.new(v, lo, hi, u, p)
     if self.branches == "concrete":
         take = _as_f64(self.primal_of(c)) != 0
         lo, hi = np.where(take, xlo, ylo), np.where(take, xhi, yhi)

@@ -1694,3 +1694,24 @@ def test_linear_rule_is_sound_and_as_tight_as_the_decomposition(point, bias, in_
     if b is not None and not in_sum:
         rev = (rev + b).astype(np.float32)
     assert out.contains(rev).all()
+
+
+def test_where_with_a_decided_uniform_mask_passes_that_side_through():
+    """where(mask, x, y) with every condition decided one way: the chosen side's bounds as
+    they are (broadcast views), and later rules do not write into them."""
+    rng = np.random.default_rng(15)
+    y = rng.standard_normal((4, 6)).astype(np.float32)
+    yi = fpx.Interval.around(y, rel=1e-3)
+    mask = np.zeros((4, 1), bool)
+
+    def f(h):
+        s = fnp.exp(h)
+        z = fnp.where(mask, fnp.zeros_like(s), s)
+        return z, z + np.float32(1.0), s
+    z, z1, s = fpx.interval(f)(yi)
+    assert np.array_equal(z.lo, s.lo) and np.array_equal(z.hi, s.hi)
+    assert np.array_equal(z.value, s.value)
+    assert (z1.lo > z.lo).all()                   # the add made its own arrays
+    assert z.contains(np.exp(yi.lo)).all() and z.contains(np.exp(yi.hi)).all()
+    t = fpx.interval(lambda h: fnp.where(~mask, h, -h))(yi)
+    assert np.array_equal(t.lo, yi.lo) and np.array_equal(t.hi, yi.hi)
