@@ -19,7 +19,7 @@ import json
 
 import numpy as np
 
-from _timing import parse_args, timeit  # benchmarks/ (the script's folder) is on sys.path
+from _timing import parse_args, timeit, warm_up  # benchmarks/ (the script's folder) is on sys.path
 import fpx
 from fpx import formats
 from fpx.kernels.render import render_matmul
@@ -50,6 +50,7 @@ def main(argv=None):
     bounded = fpx.interval(mlp)
     fast = fpx.interval(mlp, matmul="fast")
     iv, iv_fast = bounded(x), fast(x)
+    warm_up(lambda: (mlp(x), bounded(x), fast(x)))
     ref64 = make_mlp()[0](x.astype(np.float64))      # float32 weights promote: a float64 run
     for b in (iv, iv_fast):
         assert b.contains(b.value).all() and b.contains(ref64).all(), "unsound MLP bound"
@@ -74,6 +75,7 @@ def main(argv=None):
     A, B = a.astype(np.float64), b.astype(np.float64)
     mm = fpx.interval(lambda a, b: a @ b)
     mm_fast = fpx.interval(lambda a, b: a @ b, matmul="fast")
+    warm_up(lambda: (a @ b, mm(a, b), mm_fast(a, b)))
     for par in (False, True):   # compile both
         render_matmul(A[:4, :4], A[:4, :4], B[:4, :4], B[:4, :4], formats.float32, parallel=par)
     t_render = timeit(lambda: render_matmul(A, A, B, B, formats.float32, parallel=False),
