@@ -24,45 +24,51 @@ def _is_namedtuple(x):
 def flatten(tree) -> tuple[list, Any]:
     """Leaves in order and a structure description for :func:`unflatten`."""
     leaves: list = []
+    return leaves, _flatten(tree, leaves)
 
-    def rec(x):
-        t = type(x)
-        if t in _NODES:
-            children, aux = _NODES[t][0](x)
-            return ("node", t, aux, [rec(c) for c in children])
-        if t is tuple or t is list:
-            return (t.__name__, [rec(c) for c in x])
-        if _is_namedtuple(x):
-            return ("namedtuple", t, [rec(c) for c in x])
-        if t is dict:
-            return ("dict", list(x.keys()), [rec(v) for v in x.values()])
-        if x is None:
-            return ("none",)
-        leaves.append(x)
-        return ("leaf",)
-    return leaves, rec(tree)
+
+# The recursions are module-level functions with explicit arguments, not closures over
+# themselves: a nested ``def rec`` that calls itself is a reference cycle (function -> cell ->
+# function) holding the leaves -- a transform's tracers and their multi-MB bounds then lived
+# until the cyclic garbage collector ran (the resident size of an interval matmul loop grew
+# ~275 MB before levelling off).
+def _flatten(x, leaves):
+    t = type(x)
+    if t in _NODES:
+        children, aux = _NODES[t][0](x)
+        return ("node", t, aux, [_flatten(c, leaves) for c in children])
+    if t is tuple or t is list:
+        return (t.__name__, [_flatten(c, leaves) for c in x])
+    if _is_namedtuple(x):
+        return ("namedtuple", t, [_flatten(c, leaves) for c in x])
+    if t is dict:
+        return ("dict", list(x.keys()), [_flatten(v, leaves) for v in x.values()])
+    if x is None:
+        return ("none",)
+    leaves.append(x)
+    return ("leaf",)
 
 
 def unflatten(treedef, leaves) -> Any:
     """Inverse of :func:`flatten`."""
-    it = iter(leaves)
+    return _unflatten(treedef, iter(leaves))
 
-    def rec(d):
-        kind = d[0]
-        if kind == "leaf":
-            return next(it)
-        if kind == "none":
-            return None
-        if kind == "tuple":
-            return tuple(rec(c) for c in d[1])
-        if kind == "list":
-            return [rec(c) for c in d[1]]
-        if kind == "namedtuple":
-            return d[1](*[rec(c) for c in d[2]])
-        if kind == "dict":
-            return dict(zip(d[1], [rec(c) for c in d[2]]))
-        return _NODES[d[1]][1](d[2], [rec(c) for c in d[3]])
-    return rec(treedef)
+
+def _unflatten(d, it):
+    kind = d[0]
+    if kind == "leaf":
+        return next(it)
+    if kind == "none":
+        return None
+    if kind == "tuple":
+        return tuple(_unflatten(c, it) for c in d[1])
+    if kind == "list":
+        return [_unflatten(c, it) for c in d[1]]
+    if kind == "namedtuple":
+        return d[1](*[_unflatten(c, it) for c in d[2]])
+    if kind == "dict":
+        return dict(zip(d[1], [_unflatten(c, it) for c in d[2]]))
+    return _NODES[d[1]][1](d[2], [_unflatten(c, it) for c in d[3]])
 
 
 def tree_map(f: Callable, tree) -> Any:

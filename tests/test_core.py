@@ -782,3 +782,27 @@ def test_cyclic_gc_paused_inside_a_transform_and_restored():
     with pytest.raises(ZeroDivisionError):
         fpx.interval(lambda x: 1 // 0)(x)
     assert gc.isenabled()
+
+
+def test_transforms_leave_no_reference_cycles():
+    """A transform's tracers, outputs and their arrays are freed by reference counting, not
+    left to the cyclic collector (a self-calling closure in tree.flatten held them: the resident
+    size of an interval matmul loop grew by hundreds of MB before levelling off)."""
+    import gc
+    x = np.random.default_rng(0).random((8, 8)).astype(np.float32)
+    runs = [lambda: fpx.interval(lambda a: fnp.tanh(a @ a))(x),
+            lambda: fpx.stochastic(lambda a: fnp.sum(a @ a), "sr", samples=3,
+                                   progress=False)(x),
+            lambda: fpx.trace(lambda a: {"y": a + 1.0, "z": [a * 2.0]})(x)]
+    for run in runs:
+        run()
+        gc.collect()
+        gc.set_debug(gc.DEBUG_SAVEALL)
+        try:
+            run()
+            gc.collect()
+            kinds = {type(o).__name__ for o in gc.garbage}
+        finally:
+            gc.set_debug(0)
+            gc.garbage.clear()
+        assert not kinds, kinds
