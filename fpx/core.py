@@ -283,13 +283,16 @@ class Interpreter:
         self.parent = parent
 
     @classmethod
-    def def_rule(cls, name: str):
-        """Decorator registering ``rule(interp, *args, **params)`` for primitive ``name``."""
-        if name not in PRIMITIVES:
-            raise KeyError(f"fpx: no primitive named {name!r}")
+    def def_rule(cls, *names: str):
+        """Decorator registering ``rule(interp, *args, **params)`` for the primitives (or
+        composites) ``names``."""
+        for name in names:
+            if name not in PRIMITIVES:
+                raise KeyError(f"fpx: no primitive named {name!r}")
 
         def deco(rule):
-            cls.rules[name] = rule
+            for name in names:
+                cls.rules[name] = rule
             return rule
         return deco
 

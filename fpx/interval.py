@@ -361,12 +361,7 @@ def _overflow(lo, hi, F):
     return np.where(nan, np.nan, lo), np.where(nan, np.nan, hi)
 
 
-def _rule(*names):
-    def deco(fn):
-        for n in names:
-            IntervalInterpreter.rules[n] = fn
-        return fn
-    return deco
+_rule = IntervalInterpreter.def_rule
 
 
 def _or_unstable(*us):

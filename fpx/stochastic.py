@@ -234,12 +234,7 @@ def _store(values64, dtype):
     return values64.astype(dt)   # exact: the values are on dt's grid
 
 
-def _rule(*names):
-    def deco(fn):
-        for n in names:
-            StochasticInterpreter.rules[n] = fn
-        return fn
-    return deco
+_rule = StochasticInterpreter.def_rule
 
 
 # =============================================================================================

@@ -1561,22 +1561,11 @@ def test_constant_times_interval_uses_the_mirrored_value_centred_bound_soundly()
     assert out.contains(W @ x).all() and np.array_equal(out.value, W @ x)
 
 
-@pytest.mark.parametrize("point", [True, False])
-@pytest.mark.parametrize("groups,stride,bias,in_sum", [(1, 1, True, False), (2, 2, False, False), (1, 2, True, True)])
-def test_conv_rule_without_float64_im2col_is_sound_and_as_tight(point, groups, stride, bias, in_sum):
-    """fpx.nn.conv2d's own interval rule (value-centred for interval inputs, exact float64
-    centre for points) against the decomposition, exact results and float32 runs."""
+def _weighted_rule_and_decomposition(f, x, xin):
+    """fpx.interval(f)(xin) with the conv/linear rule (checked to take its fast path) and with
+    the decomposition; the same value, and the rule never wider."""
     import sys
-    import fpx.nn as fnn
     iv_mod = sys.modules["fpx.interval"]
-    rng = np.random.default_rng(9)
-    x = rng.standard_normal((2, 4, 9, 9)).astype(np.float32)
-    w = (rng.standard_normal((6, 4 // groups, 3, 3)) * 0.3).astype(np.float32)
-    b = rng.standard_normal(6).astype(np.float32) if bias else None
-    xin = x if point else fpx.Interval.around(x, rel=1e-3)
-
-    def f(h):
-        return fnn.conv(h, w, b, stride=stride, padding=1, groups=groups, bias_in_sum=in_sum)
     used = []
     real = iv_mod._weighted_value_centred
     iv_mod._weighted_value_centred = lambda *a: (lambda r: used.append(r is not None) or r)(real(*a))
@@ -1589,6 +1578,24 @@ def test_conv_rule_without_float64_im2col_is_sound_and_as_tight(point, groups, s
     assert used == [True]
     assert np.array_equal(out.value, f(x)) and np.array_equal(out.value, ref.value)
     assert np.all(out.width <= ref.width * (1 + 1e-6) + 1e-30)
+    return out, ref
+
+
+@pytest.mark.parametrize("point", [True, False])
+@pytest.mark.parametrize("groups,stride,bias,in_sum", [(1, 1, True, False), (2, 2, False, False), (1, 2, True, True)])
+def test_conv_rule_without_float64_im2col_is_sound_and_as_tight(point, groups, stride, bias, in_sum):
+    """fpx.nn.conv2d's own interval rule (value-centred for interval inputs, exact float64
+    centre for points) against the decomposition, exact results and float32 runs."""
+    import fpx.nn as fnn
+    rng = np.random.default_rng(9)
+    x = rng.standard_normal((2, 4, 9, 9)).astype(np.float32)
+    w = (rng.standard_normal((6, 4 // groups, 3, 3)) * 0.3).astype(np.float32)
+    b = rng.standard_normal(6).astype(np.float32) if bias else None
+    xin = x if point else fpx.Interval.around(x, rel=1e-3)
+
+    def f(h):
+        return fnn.conv(h, w, b, stride=stride, padding=1, groups=groups, bias_in_sum=in_sum)
+    out, ref = _weighted_rule_and_decomposition(f, x, xin)
     w64, b64 = w.astype(np.float64), None if b is None else b.astype(np.float64)
     lo = x.astype(np.float64) if point else xin.lo
     hi = x.astype(np.float64) if point else xin.hi
@@ -1658,9 +1665,7 @@ def test_interval_times_interval_value_centred_is_sound(mode):
 def test_linear_rule_is_sound_and_as_tight_as_the_decomposition(point, bias, in_sum):
     """fpx.nn.linear's own interval rule (no float64 [x | 1] concatenation) against the
     decomposition, exact results and float32 runs in another order."""
-    import sys
     import fpx.nn as fnn
-    iv_mod = sys.modules["fpx.interval"]
     rng = np.random.default_rng(14)
     x = rng.standard_normal((2, 6, 40)).astype(np.float32)
     w = (rng.standard_normal((9, 40)) * 0.2).astype(np.float32)
@@ -1669,18 +1674,7 @@ def test_linear_rule_is_sound_and_as_tight_as_the_decomposition(point, bias, in_
 
     def f(h):
         return fnn.linear(h, w, b, bias_in_sum=in_sum)
-    used = []
-    real = iv_mod._weighted_value_centred
-    iv_mod._weighted_value_centred = lambda *a: (lambda r: used.append(r is not None) or r)(real(*a))
-    try:
-        out = fpx.interval(f)(xin)
-        iv_mod._weighted_value_centred = lambda *a: None
-        ref = fpx.interval(f)(xin)
-    finally:
-        iv_mod._weighted_value_centred = real
-    assert used == [True]
-    assert np.array_equal(out.value, f(x)) and np.array_equal(out.value, ref.value)
-    assert np.all(out.width <= ref.width * (1 + 1e-6) + 1e-30)
+    out, ref = _weighted_rule_and_decomposition(f, x, xin)
     w64, b64 = w.astype(np.float64), None if b is None else b.astype(np.float64)
     lo = x.astype(np.float64) if point else xin.lo
     hi = x.astype(np.float64) if point else xin.hi
