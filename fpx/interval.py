@@ -1601,6 +1601,129 @@ def _softmax_bounds_np(lo, hi, ax, n, r_s, a_s, k, r_e, a_e, r_d, a_d, dlow, dhi
     return ylo, yhi
 
 
+@_rule("scaled_dot_product_attention")
+def _sdpa(self, prim, q, k, v, mask=None, *, is_causal, scale):
+    """Attention as its decomposition, but where the scores' bounds are finite no execution
+    has a row of -inf scores: PyTorch's safe-softmax masking (a comparison, a reduction and
+    two selections over the whole score block) is then the identity and is skipped."""
+    from fpx import nn as fnn
+    s = fnn._sdpa_scores(q, k, mask, is_causal, scale)
+    safe = not (self._own(s) and isinstance(s.lo, np.ndarray) and isinstance(s.hi, np.ndarray)
+                and _all_finite(s.lo) and _all_finite(s.hi))
+    return fnn._sdpa_finish(s, v, safe=safe)
+
+
+def _all_finite(x):
+    """No inf or NaN in x (a sum is: inf - inf and NaN propagate; one pass, no bool array)."""
+    with np.errstate(all="ignore"):
+        return bool(np.isfinite(np.sum(x)))
+
+
+@_rule("layer_norm")
+def _layer_norm(self, prim, x, weight=None, bias=None, *, axes, eps):
+    """Layer norm (a composite) over a box, row by row, coupling what interval arithmetic on
+    the decomposition treats as independent. For x in the box (x = v + δ, |δ_i| <= r_i around
+    the program's value v) with P the centring projection:
+
+    * d(x) = P·x lies in P·v ± (r_i + mean(r)) elementwise, and ||d(x)|| in ||P·v|| ± ||r||
+      (P is an orthogonal projection: ||P·δ|| <= ||δ||), so var(x) = ||d||²/N in
+      [(||P·v|| - ||r||)₊², (||P·v|| + ||r||)²] / N -- not the sum of the squares' widths.
+    * The program's mean μ' is within e_μ = γ_{N+2}(δ)·mean|x| of μ (any order, the division,
+      a cast). Its variance var': the two-pass var' = mean((x - μ')²) lies in
+      [var·(1 - γ), (var + e_μ²)·(1 + γ)] (Σ d_i = 0), and the updating algorithms (Welford's
+      and its pairwise merges: PyTorch's CPU kernel, inductor) err by <= ~N·κ·u·var with
+      κ = sqrt(mean(x²)/var) (Chan, Golub & LeVeque 1983): both are inside
+      var ± γ_{2N+8}(δ)·sqrt(mean(x²)·var), widened by the two-pass terms, and never below 0
+      (sums of squares; Welford's increments (x - μ_{k-1})(x - μ_k) multiply same-signed
+      factors). Not covered: the unstable one-pass E[x²] - μ² (error ~N·κ²·u·var).
+      s' = sqrt(fl(var' + eps)) (or 1/rsqrt) within its own rounding and the sqrt's accuracy
+      plus one ulp.
+    * y = (x_i - μ')/s'·w + b over these ranges (an interval quotient: s' > 0), plus the
+      output's evaluation error γ_5(δ)·((|x_i| + |μ'|)·|w|/s' + |b|), which covers both
+      (x - μ')/s·w + b and PyTorch's x·(rstd·w) + (b - μ'·rstd·w).
+
+    δ: the largest unit error of the policy's sub/mul/div/add and its sum accumulation; every
+    float64 step of the bound itself is widened outward. Applies to NumPy arrays with finite
+    bounds, trailing normalized axes (or no weight/bias), point weight/bias of x's dtype, and
+    policies with constant accuracies; elsewhere the decomposition runs."""
+    y = _layer_norm_rows(self, prim, x, weight, bias, axes, eps)
+    return y if y is not None else prim.decomposition(x, weight, bias, axes=axes, eps=eps)
+
+
+def _layer_norm_rows(self, prim, x, weight, bias, axes, eps):
+    lo, hi, u, _ = self.bounds(x)
+    vx = self.primal_of(x)
+    if not (isinstance(lo, np.ndarray) and isinstance(hi, np.ndarray)
+            and isinstance(vx, np.ndarray) and lo.ndim > 0 and lo.size > 0):
+        return None
+    dt = vx.dtype
+    F = _fmt_of(dt)
+    if F is None:
+        return None
+    nd = lo.ndim
+    axes = tuple(sorted(a % nd for a in axes))
+    trailing = axes == tuple(range(nd - len(axes), nd))
+    params = []
+    for p, absent in ((weight, 1.0), (bias, 0.0)):
+        if p is None:
+            params.append(absent)
+            continue
+        if self._own(p) and not p.point:
+            return None
+        pc = self.primal_of(p)
+        if not trailing or not isinstance(pc, np.ndarray) or pc.dtype != dt:
+            return None
+        params.append(pc)
+    accs = [self.accuracy(n, F) for n in ("sub", "mul", "div", "add", "sqrt")]
+    Facc = self.policy.resolve("reduce_sum", dt).accumulate
+    acc_sum = self.accuracy("reduce_sum", Facc)
+    if any(a.input_dependent for a in accs) or acc_sum.input_dependent:
+        return None
+    n = _count(lo.shape, axes)
+    q = 2.0 ** (1 - F.p)
+    d_op = max(a.ulps for a in accs[:4]) * q
+    delta = max(d_op, acc_sum.ulps * 2.0 ** (1 - Facc.p))
+    g_v = self.gamma(2 * n + 8, delta)
+    if not g_v <= 0.125:
+        return None          # too long a row for the format: the bound would be unbounded
+    g_mu = self.gamma(n + 2, delta)
+    g_out = _gamma(5, d_op)
+    d_s = (accs[4].ulps + 1) * q * (1 + 4 * q)
+    eta = max(max(a.ulps for a in accs) * F.smallest_subnormal + max(a.absolute for a in accs),
+              acc_sum.ulps * Facc.smallest_subnormal + acc_sum.absolute)
+    eps_f = float(np.asarray(eps, dt).astype(np.float64))
+    with np.errstate(all="ignore"):
+        if not (np.all(np.isfinite(lo)) and np.all(np.isfinite(hi)) and
+                bool(np.all(np.isfinite(vx))) and
+                all(np.ndim(p) == 0 or bool(np.all(np.isfinite(p))) for p in params)):
+            return None
+        v = self.value_of(prim, (x, weight, bias), {"axes": axes, "eps": eps})
+        lead = tuple(a for a in range(nd) if a not in axes)
+        order = lead + axes
+        rows = int(np.prod([lo.shape[a] for a in lead]))
+        vk = vx if dt in (np.float32, np.float64) else vx.astype(np.float32)   # exact
+        blocks = [np.ascontiguousarray(np.transpose(z, order)).reshape(rows, n)
+                  for z in (vk, lo, hi)]
+        tail = tuple(lo.shape[a] for a in axes)
+        wb = [p if np.ndim(p) == 0 else
+              np.ascontiguousarray(np.broadcast_to(p, tail), np.float64).reshape(n)
+              for p in params]
+        top = F.max if F.has_inf and F.name != "float64" else math.inf
+        lim = min(F.max, Facc.max) / 4
+        ylo, yhi, n_bad = _K.layer_norm_bounds(*blocks, *wb, min(eps, eps_f), max(eps, eps_f),
+                                               g_mu, g_v, g_out, d_op, d_s, eta, top, lim)
+        if n_bad:            # an intermediate may overflow: the decomposition models that
+            return None
+        shape_t = tuple(lo.shape[a] for a in order)
+        inv = np.argsort(order)
+        ylo = np.transpose(ylo.reshape(shape_t), inv)
+        yhi = np.transpose(yhi.reshape(shape_t), inv)
+        if not F.has_inf:
+            ylo, yhi = _overflow(ylo, yhi, F)
+    un = None if u is None else np.broadcast_to(np.any(u, axis=axes, keepdims=True), lo.shape)
+    return self.new(v, ylo, yhi, un)
+
+
 # =============================================================================================
 # The transform
 # =============================================================================================

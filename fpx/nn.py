@@ -589,10 +589,9 @@ def avg_pool2d(x, kernel_size, stride=None, padding=0, count_include_pad=True):
 # --------------------------------------------------------------------------------------------
 # attention
 # --------------------------------------------------------------------------------------------
-def _sdpa_decomp(q, k, v, mask, *, is_causal, scale):
+def _sdpa_scores(q, k, mask, is_causal, scale):
     """s = (q @ k^T) * scale; causal: s[i, j] = -inf for j > i; bool mask: s = where(mask, s,
-    -inf); float mask: s = s + mask; p = softmax(s) with rows that are all -inf set to 0
-    (PyTorch's _safe_softmax); return p @ v."""
+    -inf); float mask: s = s + mask."""
     s = fnp.multiply(_mm(q, fnp.swapaxes(k, -1, -2)), _c(scale, q))
     ninf = _c(-np.inf, s)
     if is_causal:
@@ -603,12 +602,27 @@ def _sdpa_decomp(q, k, v, mask, *, is_causal, scale):
             s = fnp.where(mask, s, ninf)
         else:
             s = fnp.add(s, mask if _dtype(mask) == _dtype(s) else fnp.astype(mask, _dtype(s)))
-    # rows with every score -inf: softmax of zeros there (no 0/0), then output 0
-    dead = fnp.all(fnp.equal(s, ninf), axis=-1, keepdims=True)
-    zero = _c(0, s)
-    p = _softmax.bind(fnp.where(dead, zero, s), axis=len(_shape(s)) - 1)
-    p = fnp.where(dead, zero, p)
+    return s
+
+
+def _sdpa_finish(s, v, safe=True):
+    """softmax(s) @ v, with rows that are all -inf set to 0 (PyTorch's _safe_softmax: softmax
+    of zeros there, no 0/0, then output 0). ``safe=False`` skips that for scores known to
+    have no -inf (a transform that has proved it; the result is the same)."""
+    if safe:
+        zero = _c(0, s)
+        dead = fnp.all(fnp.equal(s, _c(-np.inf, s)), axis=-1, keepdims=True)
+        p = _softmax.bind(fnp.where(dead, zero, s), axis=len(_shape(s)) - 1)
+        p = fnp.where(dead, zero, p)
+    else:
+        p = _softmax.bind(s, axis=len(_shape(s)) - 1)
     return _mm(p, v)
+
+
+def _sdpa_decomp(q, k, v, mask, *, is_causal, scale):
+    """p = softmax(scores) with fully masked rows 0; return p @ v (see _sdpa_scores,
+    _sdpa_finish)."""
+    return _sdpa_finish(_sdpa_scores(q, k, mask, is_causal, scale), v)
 
 
 _sdpa = Composite("scaled_dot_product_attention", _sdpa_decomp, kind="matmul")

@@ -63,6 +63,42 @@ def _flat(args, out_dtypes, outs=None):
     Outputs are allocated, or the given ``outs`` used where they are contiguous arrays of the
     result shape and dtype. Returns (operands, output blocks, shape, output arrays)."""
     shape = np.broadcast_shapes(*[np.shape(a) for a in args])
+    perm = _common_layout(args, shape)
+    if perm is not None:      # every array operand: one permutation of a dense block
+        pshape = tuple(shape[p] for p in perm)
+        cols, rows = pshape[-1], int(np.prod(pshape[:-1]))
+        flat = [np.transpose(a, perm).reshape(rows, cols) if isinstance(a, np.ndarray)
+                and a.size != 1 else float(np.asarray(a).reshape(-1)[0]) for a in args]
+        inv = tuple(np.argsort(perm))
+        res = []
+        for k, dt in enumerate(out_dtypes):
+            o = None if outs is None else outs[k]
+            if not (isinstance(o, np.ndarray) and o.shape == shape and o.dtype == dt
+                    and o.flags.writeable and np.transpose(o, perm).flags.c_contiguous):
+                o = np.empty(pshape, dt).transpose(inv)
+            res.append(o)
+        return flat, [np.transpose(o, perm).reshape(rows, cols) for o in res], shape, res
+    per_row = _per_row_split(args, shape)
+    if per_row is not None:   # per-channel operands: constant over the trailing dims
+        rows, cols = per_row
+        lead = shape[:len(shape) - _ndim_split(shape, cols)]
+        flat = []
+        for a in args:
+            if isinstance(a, np.ndarray) and a.size != 1 and a.shape != shape:
+                a = np.reshape(a, (1,) * (len(shape) - a.ndim) + a.shape)
+                vec = np.ascontiguousarray(np.broadcast_to(
+                    a.reshape(a.shape[:len(lead)]), lead)).reshape(rows)
+                flat.append(np.broadcast_to(vec[:, None], (rows, cols)))   # a stride-0 view
+            elif isinstance(a, np.ndarray) and a.size != 1:
+                flat.append(a.reshape(rows, cols))
+            else:
+                flat.append(float(np.asarray(a).reshape(-1)[0]))
+        res = [np.empty(shape, dt) for dt in out_dtypes]
+        if outs is not None:
+            res = [o if isinstance(o, np.ndarray) and o.shape == shape and o.dtype == dt
+                   and o.flags.c_contiguous and o.flags.writeable else r
+                   for o, r, dt in zip(outs, res, out_dtypes)]
+        return flat, [o.reshape(rows, cols) for o in res], shape, res
     cols = shape[-1] if shape else 1
     rows = int(np.prod(shape[:-1])) if len(shape) > 1 else 1
     flat = []
@@ -87,6 +123,52 @@ def _flat(args, out_dtypes, outs=None):
             o = np.empty(shape, dt)
         res.append(o)
     return flat, [o.reshape(rows, cols) for o in res], shape, res
+
+
+def _common_layout(args, shape):
+    """The axis order (outermost first) in which every array operand of ``args`` is a
+    C-contiguous block, when they all have the full ``shape`` and are not plain C-contiguous
+    already (a transposed or head-split activation in attention): the kernels then run over
+    memory in order and their outputs take the same layout. None otherwise."""
+    arrs = [a for a in args if isinstance(a, np.ndarray) and a.size != 1]
+    if not arrs or len(shape) < 2 or any(a.shape != shape for a in arrs) \
+            or all(a.flags.c_contiguous for a in arrs):
+        return None
+    perm = tuple(int(p) for p in np.argsort([-s for s in arrs[0].strides], kind="stable"))
+    if all(np.transpose(a, perm).flags.c_contiguous for a in arrs):
+        return perm
+    return None
+
+
+def _ndim_split(shape, cols):
+    """How many trailing dims of ``shape`` multiply to ``cols``."""
+    t, c = 0, 1
+    while c < cols:
+        t += 1
+        c *= shape[-t]
+    return t
+
+
+def _per_row_split(args, shape):
+    """(rows, cols) that make every smaller array operand constant along each row -- a
+    per-channel scale (1, C, 1, 1) of an (N, C, H, W) block: cols = H·W -- when the
+    last-axis layout would expand one to the full shape; the full-shape operands must be
+    C-contiguous. None otherwise."""
+    nd = len(shape)
+    small = [a for a in args if isinstance(a, np.ndarray) and a.size != 1 and a.shape != shape]
+    full = [a for a in args if isinstance(a, np.ndarray) and a.size != 1 and a.shape == shape]
+    if nd < 2 or not small or not all(a.flags.c_contiguous for a in full):
+        return None
+    if all(a.size == shape[-1] and a.shape[-1] == shape[-1] and a.flags.c_contiguous
+           for a in small):
+        return None                               # bias rows: the last-axis layout has them
+    t = 0
+    while t < nd - 1 and all(((1,) * (nd - a.ndim) + a.shape)[nd - 1 - t] == 1 for a in small):
+        t += 1
+    cols = int(np.prod(shape[nd - t:])) if t else 0
+    if cols < 4:
+        return None
+    return int(np.prod(shape[:nd - t])), cols
 
 
 def _result(o, shape):
@@ -216,13 +298,13 @@ def _mm_left_loop(v, lo, hi, c2, out):
 
 
 @numba.njit(cache=True, error_model="numpy")
-def _mm_sample_sums(v, lo, hi, step):
+def _mm_sample_sums(v, lo, hi, rows, cols, step):
     s_r = 0.0
     s_a = 0.0
-    for i in range(0, v.shape[0], step):
-        for j in range(v.shape[1]):
-            vv = np.float64(v[i, j])
-            r1, r2 = vv - lo[i, j], hi[i, j] - vv
+    for i in range(0, rows, step):
+        for j in range(cols):
+            vv = np.float64(_at(v, i, j))
+            r1, r2 = vv - _at(lo, i, j), _at(hi, i, j) - vv
             r = r1 if r1 > r2 else r2
             s_r += r
             s_a += abs(vv) + r
@@ -240,8 +322,7 @@ def mm_left(v, lo, hi, c2, stats=False):
         return L
     if n_nan:
         return L, (math.nan, math.nan, math.nan)
-    v2, lo2, hi2 = (np.broadcast_to(x, shape).reshape(o.shape) for x in (v, lo, hi))
-    s_r, s_a = _mm_sample_sums(v2, lo2, hi2, max(1, o.shape[0] // 32))
+    s_r, s_a = _mm_sample_sums(*args, o.shape[0], o.shape[1], max(1, o.shape[0] // 32))
     if c2 > 0:
         m = float(o.max()) / c2 * (1.0 + 4 * _E) if o.size else 0.0
     else:
@@ -253,7 +334,6 @@ def mm_left(v, lo, hi, c2, stats=False):
 @numba.njit(cache=True, error_model="numpy")
 def _mm_right_loop(v, lo, hi, bh, rb):
     n_nan = 0
-    m = 0.0
     for i in range(bh.shape[0]):
         for j in range(bh.shape[1]):
             vv = np.float64(_at(v, i, j))
@@ -262,10 +342,9 @@ def _mm_right_loop(v, lo, hi, bh, rb):
             r0 = r1 if r1 > r2 else r2
             r = r0 * (1.0 + 3 * _E) + _TINY
             a = (abs(vv) + r) * (1.0 + 3 * _E) + _TINY
-            m = a if a > m else m
             rb[i, j] = _f32_up(r)
             bh[i, j] = _f32_up(a)
-    return n_nan, m
+    return n_nan
 
 
 @numba.njit(inline="always")
@@ -280,11 +359,11 @@ def mm_right(v, lo, hi):
     and ``r_B >= r`` as float32 upper bounds (r = max(v - lo, hi - v)), and the stats
     (Σr, Σ(|v|+r), max(|v|+r)) as mm_left's (NaN if a bound is NaN)."""
     args, (bh, rb), shape, (rbh, rrb) = _flat((v, lo, hi), (np.float32, np.float32))
-    n_nan, m = _mm_right_loop(*args, bh, rb)
+    n_nan = _mm_right_loop(*args, bh, rb)   # (a max in the loop kept it from vectorizing)
+    m = float(bh.max()) if bh.size else 0.0     # B̂ >= |v| + r elementwise
     if n_nan:
         return _result(rbh, shape), _result(rrb, shape), (math.nan, math.nan, math.nan)
-    v2, lo2, hi2 = (np.broadcast_to(x, shape).reshape(bh.shape) for x in (v, lo, hi))
-    s_r, s_a = _mm_sample_sums(v2, lo2, hi2, max(1, bh.shape[0] // 32))
+    s_r, s_a = _mm_sample_sums(*args, bh.shape[0], bh.shape[1], max(1, bh.shape[0] // 32))
     return _result(rbh, shape), _result(rrb, shape), (s_r, s_a, m)
 
 
@@ -393,3 +472,116 @@ def softmax_bounds(lo, hi, r_s, a_s, k, r_e, a_e, r_d, a_d, dlow, dhigh, g64, li
     _softmax_rows(dl, dh, el, eh, float(r_e), float(a_e), float(r_d), float(a_d), float(dlow),
                   float(dhigh), float(g64), float(k), float(libm), ylo, yhi)
     return ylo.reshape(shape), yhi.reshape(shape)
+
+
+@numba.njit(cache=True, error_model="numpy")
+def _layer_norm_rows(v, lo, hi, w, b, eps_lo, eps_hi, g_mu, g_v, g_out, d_op, d_s, eta, g64,
+                     top, lim, wb_max, ylo, yhi):
+    """fpx.interval's layer-norm rule (see its docstring for the derivation), one row at a
+    time: pass 1 the row's sums, pass 2 the centred value's norm, pass 3 the bounds. Returns
+    the number of rows where an intermediate of the program might pass ``lim`` (the squares
+    and their sum, the normalized value or its scaling: overflow the bound does not model)."""
+    rows, n = lo.shape
+    n_bad = 0
+    u64 = 2.0 ** -53
+    sqn = math.sqrt(n) * (1 + 2 * _E)
+    for i in range(rows):
+        s_v = 0.0
+        s_r = 0.0
+        s_a = 0.0
+        s_q = 0.0
+        s_av = 0.0
+        xm = 0.0
+        for j in range(n):
+            vv = np.float64(v[i, j])
+            r = max(vv - lo[i, j], hi[i, j] - vv) * (1 + 3 * _E) + _TINY
+            m = max(abs(lo[i, j]), abs(hi[i, j]))
+            s_v += vv
+            s_r += r
+            s_a += m
+            s_q += m * m
+            s_av += abs(vv)
+            xm = max(xm, m)
+        mv = s_v / n
+        mr = s_r / n * (1 + g64) + _TINY              # >= mean(r)
+        M1 = s_a / n * (1 + g64) + _TINY              # >= mean|x| over the box
+        M2 = s_q / n * (1 + g64) + _TINY              # >= mean(x²) over the box
+        e64c = s_av / n * g64 + _TINY                 # |mv - mean(v)|
+        s_d2 = 0.0
+        s_r2 = 0.0
+        for j in range(n):
+            vv = np.float64(v[i, j])
+            d = vv - mv
+            r = max(vv - lo[i, j], hi[i, j] - vv) * (1 + 3 * _E) + _TINY
+            s_d2 += d * d
+            s_r2 += r * r
+        nd_hi = math.sqrt(s_d2 * (1 + g64)) * (1 + 2 * _E)
+        nd_lo = math.sqrt(s_d2 * (1 - g64)) * (1 - 2 * _E)
+        nr = math.sqrt(s_r2 * (1 + g64)) * (1 + 2 * _E) + _TINY
+        ne = (sqn * e64c + 2 * u64 * nd_hi) * (1 + 4 * _E)   # ||computed d - P·v||
+        nlo = max((nd_lo - (nr + ne) * (1 + 2 * _E)) * (1 - 2 * _E), 0.0)
+        nhi = (nd_hi + nr + ne) * (1 + 4 * _E)
+        var_lo = nlo * nlo / n * (1 - 4 * _E)
+        var_hi = nhi * nhi / n * (1 + 4 * _E)
+        # the program's mean and variance (any order, two-pass or updating)
+        e_mu = (g_mu * M1 + (n + 2) * eta) * (1 + 4 * _E)
+        a_v = ((n + 4 + 3 * math.sqrt(M2)) * eta + eta * eta) * (1 + 8 * _E)
+        # (every variance algorithm in use returns >= 0: sums of squares, Welford's
+        # same-signed increments, one-pass clamped at 0)
+        e_gen = g_v * math.sqrt(M2 * (var_hi + e_mu * e_mu)) * (1 + 8 * _E)
+        vp_lo = max(var_lo * (1 - 4 * _E) - (e_gen + a_v) * (1 + 4 * _E), 0.0)
+        vp_hi = ((var_hi + e_mu * e_mu) * (1 + g_v) + e_gen + a_v) * (1 + 8 * _E)
+        t_lo = ((vp_lo + eps_lo) * (1 - d_op) - eta) * (1 - 4 * _E)
+        t_hi = ((vp_hi + eps_hi) * (1 + d_op) + eta) * (1 + 4 * _E)
+        s_lo = math.sqrt(t_lo) * (1 - d_s) * (1 - 4 * _E) if t_lo > 0 else 0.0
+        s_hi = math.sqrt(t_hi) * (1 + d_s) * (1 + 4 * _E)
+        mu_abs = (abs(mv) + e64c + mr + e_mu) * (1 + 4 * _E)   # >= |the program's mean|
+        if (4 * xm * xm * n * 1.01 > lim) or (s_lo > 0 and 2.01 * xm / s_lo * wb_max > lim):
+            n_bad += 1
+        for j in range(n):
+            ww = np.float64(_at(w, i, j))
+            bb = np.float64(_at(b, i, j))
+            if not s_lo > 0:
+                ylo[i, j] = -math.inf
+                yhi[i, j] = math.inf
+                continue
+            vv = np.float64(v[i, j])
+            d = vv - mv
+            r = max(vv - lo[i, j], hi[i, j] - vv) * (1 + 3 * _E) + _TINY
+            rho = (r + mr + e64c + 2 * u64 * abs(d) + e_mu) * (1 + 6 * _E)
+            dl = (d - rho) - abs(d - rho) * 2 * _E - _TINY
+            dh = (d + rho) + abs(d + rho) * 2 * _E + _TINY
+            ql = dl / s_hi if dl >= 0 else dl / s_lo
+            qh = dh / s_lo if dh >= 0 else dh / s_hi
+            ql -= abs(ql) * 2 * _E + _TINY
+            qh += abs(qh) * 2 * _E + _TINY
+            if ww < 0:
+                ql, qh = qh, ql
+            zl = ql * ww + bb
+            zh = qh * ww + bb
+            zl -= (abs(ql * ww) + abs(bb)) * 4 * _E + _TINY
+            zh += (abs(qh * ww) + abs(bb)) * 4 * _E + _TINY
+            X = max(abs(lo[i, j]), abs(hi[i, j]))
+            aw = abs(ww) / s_lo
+            rnd = (g_out * ((X + mu_abs) * aw + abs(bb)) + eta * (3 + 2 * aw)) * (1 + 8 * _E)
+            y = zl - rnd * (1 + 2 * _E) - abs(zl) * 2 * _E - _TINY
+            z = zh + rnd * (1 + 2 * _E) + abs(zh) * 2 * _E + _TINY
+            ylo[i, j] = -math.inf if y < -top else y
+            yhi[i, j] = math.inf if z > top else z
+    return n_bad
+
+
+def layer_norm_bounds(v, lo, hi, w, b, eps_lo, eps_hi, g_mu, g_v, g_out, d_op, d_s, eta, top,
+                      lim):
+    """fpx.interval's layer-norm rule over the last axis of (rows, n) blocks (``w``/``b``:
+    float64 rows of n, or scalars); returns (ylo, yhi, n_bad) (n_bad: rows where the
+    program's intermediates might pass ``lim``). Three compiled passes per row, with the row
+    in cache: the decomposition's rules made ~25 passes over the whole block."""
+    n = lo.shape[-1]
+    ylo, yhi = np.empty(lo.shape), np.empty(lo.shape)
+    wb_max = max(1.0, float(np.max(np.abs(w)))) + float(np.max(np.abs(b)))
+    n_bad = _layer_norm_rows(v, lo, hi, w, b, float(eps_lo), float(eps_hi), float(g_mu),
+                             float(g_v), float(g_out), float(d_op), float(d_s), float(eta),
+                             (n + 4) * 2.0 ** -53 / (1 - (n + 4) * 2.0 ** -53), float(top),
+                             float(lim), wb_max, ylo, yhi)
+    return ylo, yhi, n_bad

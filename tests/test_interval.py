@@ -1709,3 +1709,136 @@ def test_where_with_a_decided_uniform_mask_passes_that_side_through():
     assert z.contains(np.exp(yi.lo)).all() and z.contains(np.exp(yi.hi)).all()
     t = fpx.interval(lambda h: fnp.where(~mask, h, -h))(yi)
     assert np.array_equal(t.lo, yi.lo) and np.array_equal(t.hi, yi.hi)
+
+
+# -- the layer-norm rule -------------------------------------------------------------------------
+def _ln_executions(x, w, b, eps, rng):
+    """float32 layer norms of the rows of x by the algorithms in use: two-pass with the sums
+    sequential, reversed and pairwise; Welford's updating mean/variance; PyTorch's own kernel;
+    each finished as (x - μ)/s·w + b and as PyTorch's x·(rstd·w) + (b - μ·rstd·w). (The
+    unstable one-pass E[x²] - μ² is not among them: the rule does not cover it.)"""
+    import torch
+    f32 = np.float32
+    n = x.shape[-1]
+    outs = [torch.nn.functional.layer_norm(torch.from_numpy(x), (n,), torch.from_numpy(w),
+                                           torch.from_numpy(b), eps).numpy()]
+
+    def seq(vals):
+        s = f32(0)
+        for t in vals:
+            s = f32(s + t)
+        return s
+
+    def pairwise(vals):
+        if len(vals) == 1:
+            return f32(vals[0])
+        h = len(vals) // 2
+        return f32(pairwise(vals[:h]) + pairwise(vals[h:]))
+
+    e32 = f32(eps)
+    for row_algo in ("seq", "rev", "pair", "welford"):
+        y = np.empty_like(x)
+        for i, row in enumerate(x):
+            if row_algo == "welford":
+                mu, m2 = f32(0), f32(0)
+                for k, t in enumerate(row, 1):
+                    dlt = f32(t - mu)
+                    mu = f32(mu + f32(dlt / f32(k)))
+                    m2 = f32(m2 + f32(dlt * f32(t - mu)))
+                var = f32(m2 / f32(n))
+            else:
+                summ = {"seq": seq, "rev": lambda v: seq(v[::-1]), "pair": pairwise}[row_algo]
+                mu = f32(summ(row) / f32(n))
+                d = (row - mu).astype(f32)
+                var = f32(summ((d * d).astype(f32)) / f32(n))
+            s = np.sqrt(f32(var + e32))
+            if i % 2:
+                y[i] = ((row - mu) / s * w + b).astype(f32)
+            else:
+                rstd = f32(f32(1) / s)
+                scale = (rstd * w).astype(f32)
+                y[i] = (row * scale + (b - mu * scale).astype(f32)).astype(f32)
+        outs.append(y)
+    return outs
+
+
+@pytest.mark.parametrize("kind", ["point", "interval", "shifted"])
+def test_layer_norm_rule_is_sound(kind):
+    """The layer-norm rule against exact layer norms of points in the box (mpmath: corners,
+    random points) and float32 executions by every algorithm in use (two-pass in three
+    orders, Welford, PyTorch's kernel; both output spellings); "shifted" rows have a mean 300x
+    their spread (an ill-conditioned variance, where Welford errs most)."""
+    rng = np.random.default_rng(21)
+    n = 48
+    x = rng.standard_normal((6, n))
+    if kind == "shifted":
+        x = 300.0 + x
+    x = x.astype(np.float32)
+    w = rng.standard_normal(n).astype(np.float32)
+    b = rng.standard_normal(n).astype(np.float32)
+    eps = 1e-5
+    xin = x if kind != "interval" else fpx.Interval.around(x, rel=1e-4)
+    out = fpx.interval(lambda h: fnn.layer_norm(h, n, w, b, eps))(xin)
+    assert np.all(np.isfinite(out.lo)) and np.all(np.isfinite(out.hi))
+    for y in _ln_executions(x, w, b, eps, rng):
+        assert out.contains(y).all()
+    lo, hi = (x.astype(np.float64),) * 2 if kind != "interval" else (xin.lo, xin.hi)
+    mpmath.mp.prec = 200
+    pts = [lo, hi, lo + rng.random(lo.shape) * (hi - lo)]
+    for p in pts:
+        for i, row in enumerate(p):
+            r = [mpmath.mpf(float(t)) for t in row]
+            mu = mpmath.fsum(r) / n
+            var = mpmath.fsum((t - mu) ** 2 for t in r) / n
+            s = mpmath.sqrt(var + mpmath.mpf(eps))
+            ex = np.array([float((t - mu) / s * mpmath.mpf(float(ww)) + mpmath.mpf(float(bb)))
+                           for t, ww, bb in zip(r, w, b)])
+            assert ((out.lo[i] <= ex) & (ex <= out.hi[i])).all()
+
+
+@pytest.mark.parametrize("point", [True, False])
+def test_layer_norm_rule_is_tighter_than_or_close_to_the_decomposition(point):
+    """The rule couples mean and variance (the decomposition's intervals do not): no wider
+    than the decomposition for interval inputs, and within 1.3x for points (where it also
+    covers updating and one-pass variances, which the decomposition does not model)."""
+    import sys
+    iv_mod = sys.modules["fpx.interval"]
+    rng = np.random.default_rng(22)
+    x = rng.standard_normal((32, 256)).astype(np.float32)
+    w = rng.standard_normal(256).astype(np.float32)
+    b = rng.standard_normal(256).astype(np.float32)
+    xin = x if point else fpx.Interval.around(x, rel=1e-4)
+
+    def f(h):
+        return fnn.layer_norm(h, 256, w, b)
+    out = fpx.interval(f)(xin)
+    rule = iv_mod.IntervalInterpreter.rules.pop("layer_norm")
+    try:
+        ref = fpx.interval(f)(xin)
+    finally:
+        iv_mod.IntervalInterpreter.rules["layer_norm"] = rule
+    assert np.array_equal(out.value, ref.value)
+    ratio = np.median(out.width) / np.median(ref.width)
+    assert ratio <= (1.3 if point else 1.0)
+
+
+def test_layer_norm_rule_falls_back_where_it_does_not_apply():
+    """Where an intermediate may overflow, rows too long for the format's γ, non-trailing
+    axes with a weight, or non-finite inputs, the decomposition's bound comes out (sound:
+    contains the program's value) -- never a bound that ignores the overflow."""
+    rng = np.random.default_rng(23)
+    big = np.array([[-3.3e-13, -3.1e38], [4.6e-3, 2.0]], np.float32)   # d*d overflows
+    out = fpx.interval(lambda h: fnn.layer_norm(h, axis=0))(big)
+    with np.errstate(all="ignore"):
+        assert out.contains(fnn.layer_norm(big, axis=0)).all()
+    x16 = rng.standard_normal((2, 4096)).astype(np.float16)
+    out = fpx.interval(lambda h: fnn.layer_norm(h, 4096))(x16)
+    assert out.contains(out.value).all()
+    x = rng.standard_normal((5, 6)).astype(np.float32)
+    w = rng.standard_normal((5, 1)).astype(np.float32)
+    out = fpx.interval(lambda h: fnn.layer_norm(h, axis=0, weight=w))(x)
+    assert out.contains(out.value).all()
+    xn = x.copy()
+    xn[1, 2] = np.nan
+    out = fpx.interval(lambda h: fnn.layer_norm(h, 6))(xn)
+    assert np.isnan(out.value[1]).all() and out.contains(out.value)[0].all()
