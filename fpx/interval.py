@@ -241,6 +241,16 @@ class IntervalInterpreter(Interpreter):
             return min(rigorous, math.expm1(lam * math.sqrt(n) * delta + n * delta * delta / (1 - delta)))
         return rigorous
 
+    def sum_gamma(self, m, delta, nearest):
+        """Constant for a sum with ``m`` additions of relative error ``delta`` each, in any
+        order: ``|fl(Σ p_i) - Σ p_i| <= const·Σ|p_i|``. With round-to-nearest additions
+        (``nearest``) the rigorous constant is ``m·δ`` (Rump, "Error estimation of
+        floating-point summation and dot product", BIT 2012: γ_m improves to m·u for any order
+        and any m; underflowing additions are exact), else :meth:`gamma`."""
+        if nearest and self.bound == "rigorous" and m > 0:
+            return m * delta
+        return self.gamma(m, delta)
+
     def accuracy(self, prim_name, fmt):
         key = (prim_name, fmt.name)
         acc = self._acc_cache.get(key)
@@ -936,7 +946,8 @@ def _reduce_sum(self, prim, a, *, axis=None, keepdims=False, dtype=None):
             prec = self.policy.resolve("reduce_sum", np.dtype(dtype) if dtype is not None
                                        else out_dt)
             Facc = prec.accumulate
-            c = self.gamma(max(n - 1, 0), _acc_delta(self, "reduce_sum", Facc))
+            c = self.sum_gamma(max(n - 1, 0), _acc_delta(self, "reduce_sum", Facc),
+                               self.accuracy("reduce_sum", Facc).ulps == 0.5)
             r = r + _up(c * s_mag * (1 + g64), 3)
             lo2, hi2 = _widen(s_mid - r, s_mid + r, 1)
             lo2, hi2 = _acc_guard(lo2, hi2, s_mag, c, Facc, lambda: np.any(
@@ -1085,12 +1096,14 @@ def _argmaxmin(self, prim, a, *, axis=None, keepdims=False):
 # =============================================================================================
 def _matmul_constant(self, F_in, F_prod, F_acc, K):
     """c_K = δ_p + γ_{K-1}(δ_acc)(1+δ_p): |fl(Σ a_i b_i) - Σ a_i b_i| <= c_K Σ|a_i||b_i| + abs,
-    for any summation order (Higham 2002, §3.1)."""
+    for any summation order (Higham 2002, §3.1): each product rounds once, then the sum of
+    the rounded products; with round-to-nearest accumulation (δ_acc = 2^-p) γ_{K-1} improves to
+    (K-1)·δ_acc (see ``sum_gamma``). The absolute (underflow) terms are the caller's."""
     exact_products = 2 * F_in.p <= F_prod.p
     d_p = 0.0 if exact_products else 2.0 ** -F_prod.p
     acc = self.accuracy("matmul", F_acc)
     d_acc = acc.ulps * 2.0 ** (1 - F_acc.p) if not acc.input_dependent else math.inf
-    return d_p + self.gamma(max(K - 1, 0), d_acc) * (1 + d_p)
+    return d_p + self.sum_gamma(max(K - 1, 0), d_acc, acc.ulps == 0.5) * (1 + d_p)
 
 
 def _f32_upper(X):

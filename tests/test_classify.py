@@ -272,10 +272,22 @@ def test_unbounded_bound_explains_nothing():
     assert same.kind == "roundoff"
 
 
-def test_float16_sum_beyond_gamma_range_is_inconclusive():
-    """4096 float16 additions: n·u >= 1, the rigorous bound is infinite."""
+def test_float16_sum_beyond_gamma_range():
+    """4096 float16 additions: n·u >= 1. Round-to-nearest sums keep a finite rigorous bound,
+    (n-1)·u·Σ|x| (Rump 2012: no restriction on n) -- loose, but sound, so the float64 sum
+    is inside; with faithful (1-ulp) additions only γ_n applies, which is infinite there:
+    inconclusive."""
+    from fpx.policy import get_policy
     x = np.random.default_rng(13).standard_normal((4096, 8)).astype(np.float16)
-    v = fpx.classify(ck.column_sum, x.astype(np.float64).sum(axis=0), x)
+    ref = x.astype(np.float64).sum(axis=0)
+    v = fpx.classify(ck.column_sum, ref, x)
+    assert v.kind == "roundoff"
+    iv = fpx.interval(ck.column_sum)(x)
+    half = (iv.hi - iv.lo) / 2
+    assert np.all(np.isfinite(half))
+    assert np.all(half >= 4095 * 2.0 ** -11 * np.abs(x.astype(np.float64)).sum(axis=0))
+    faithful = get_policy("numpy").with_(reduce_sum=1.0)
+    v = fpx.classify(ck.column_sum, ref, x, policy=faithful)
     assert v.kind == "inconclusive" and v.n_undecided == 8
 
 
