@@ -26,7 +26,10 @@ Each is one compiled loop over (rows, last axis) blocks of contiguous memory (th
 vectorizes; a numba ``vectorize`` ufunc calls its scalar kernel per element and ran ~5x
 slower). :func:`_flat` lays the operands out: arrays of the full shape in place, a bias row
 as a row, scalars as scalars (numba compiles a specialization for each mix); anything else
-is expanded once.
+is expanded once -- except two layouts that would otherwise be copied: operands that are all
+one permutation of a dense block (attention's head-split and transposed activations) run in
+memory order, outputs in the same layout; operands constant along trailing dims (a per-channel
+``(1, C, 1, 1)`` scale) become stride-0 rows of a (N·C, H·W) split.
 """
 from __future__ import annotations
 
@@ -80,8 +83,7 @@ def _flat(args, out_dtypes, outs=None):
         return flat, [np.transpose(o, perm).reshape(rows, cols) for o in res], shape, res
     per_row = _per_row_split(args, shape)
     if per_row is not None:   # per-channel operands: constant over the trailing dims
-        rows, cols = per_row
-        lead = shape[:len(shape) - _ndim_split(shape, cols)]
+        rows, cols, lead = per_row
         flat = []
         for a in args:
             if isinstance(a, np.ndarray) and a.size != 1 and a.shape != shape:
@@ -140,20 +142,11 @@ def _common_layout(args, shape):
     return None
 
 
-def _ndim_split(shape, cols):
-    """How many trailing dims of ``shape`` multiply to ``cols``."""
-    t, c = 0, 1
-    while c < cols:
-        t += 1
-        c *= shape[-t]
-    return t
-
-
 def _per_row_split(args, shape):
-    """(rows, cols) that make every smaller array operand constant along each row -- a
-    per-channel scale (1, C, 1, 1) of an (N, C, H, W) block: cols = H·W -- when the
-    last-axis layout would expand one to the full shape; the full-shape operands must be
-    C-contiguous. None otherwise."""
+    """(rows, cols, leading shape) that make every smaller array operand constant along each
+    row -- a per-channel scale (1, C, 1, 1) of an (N, C, H, W) block: cols = H·W, leading
+    (N, C) -- when the last-axis layout would expand one to the full shape; the full-shape
+    operands must be C-contiguous. None otherwise."""
     nd = len(shape)
     small = [a for a in args if isinstance(a, np.ndarray) and a.size != 1 and a.shape != shape]
     full = [a for a in args if isinstance(a, np.ndarray) and a.size != 1 and a.shape == shape]
@@ -168,7 +161,7 @@ def _per_row_split(args, shape):
     cols = int(np.prod(shape[nd - t:])) if t else 0
     if cols < 4:
         return None
-    return int(np.prod(shape[:nd - t])), cols
+    return int(np.prod(shape[:nd - t])), cols, shape[:nd - t]
 
 
 def _result(o, shape):

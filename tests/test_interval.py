@@ -1842,3 +1842,33 @@ def test_layer_norm_rule_falls_back_where_it_does_not_apply():
     xn[1, 2] = np.nan
     out = fpx.interval(lambda h: fnn.layer_norm(h, 6))(xn)
     assert np.isnan(out.value[1]).all() and out.contains(out.value)[0].all()
+
+
+def test_kernels_on_permuted_and_per_channel_layouts_match_contiguous_copies():
+    """The kernels' two copy-free layouts -- operands that share one permutation of a dense
+    block (attention's head split, a transposed Kᵀ) and per-channel operands (1, C, 1, 1) --
+    give bit-identical results to the same kernels on C-contiguous copies, outputs included
+    in the operands' layout."""
+    from fpx.kernels import interval as KI
+    rng = np.random.default_rng(24)
+    base = rng.standard_normal((4, 6, 5, 3))
+    v = np.transpose(base.astype(np.float32), (2, 0, 3, 1))           # a permuted view
+    lo = np.transpose(base - 1e-3, (2, 0, 3, 1))
+    hi = np.transpose(base + 2e-3, (2, 0, 3, 1))
+    vc, loc, hic = (np.ascontiguousarray(a) for a in (v, lo, hi))
+    L, st = KI.mm_left(v, lo, hi, 1e-5, stats=True)
+    Lc, stc = KI.mm_left(vc, loc, hic, 1e-5, stats=True)
+    assert np.array_equal(L, Lc) and st[2] == stc[2]
+    for a, b in zip(KI.mm_right(v, lo, hi)[:2], KI.mm_right(vc, loc, hic)[:2]):
+        assert np.array_equal(a, b) and not a.flags.c_contiguous      # same layout as inputs
+    for a, b in zip(KI.center_bounds(v, lo, 1.0, 0.0, np.inf)[:2],
+                    KI.center_bounds(vc, loc, 1.0, 0.0, np.inf)[:2]):
+        assert np.array_equal(a, b)
+    x = rng.standard_normal((2, 5, 4, 3))
+    sc = rng.standard_normal((1, 5, 1, 1)).astype(np.float32)
+    sh = rng.standard_normal((5, 1, 1))
+    full_sc, full_sh = (np.ascontiguousarray(np.broadcast_to(a, x.shape)) for a in (sc, sh))
+    for kern in (KI.mul_bounds, KI.add_bounds):
+        got = kern(x, x + 1e-3, sc, sh + 1.0, 1e-7, 1e-45, np.inf)
+        ref = kern(x, x + 1e-3, full_sc, full_sh + 1.0, 1e-7, 1e-45, np.inf)
+        assert all(np.array_equal(a, b) for a, b in zip(got, ref))
