@@ -1626,6 +1626,13 @@ def _sdpa(self, prim, q, k, v, mask=None, *, is_causal, scale):
     return fnn._sdpa_finish(s, v, safe=safe)
 
 
+def _broadcasts_to(shape, target):
+    try:
+        return np.broadcast_shapes(shape, target) == tuple(target)
+    except ValueError:
+        return False
+
+
 def _all_finite(x):
     """No inf or NaN in x (a sum is: inf - inf and NaN propagate; one pass, no bool array)."""
     with np.errstate(all="ignore"):
@@ -1684,8 +1691,10 @@ def _layer_norm_rows(self, prim, x, weight, bias, axes, eps):
         if self._own(p) and not p.point:
             return None
         pc = self.primal_of(p)
-        if not trailing or not isinstance(pc, np.ndarray) or pc.dtype != dt:
-            return None
+        tail = tuple(lo.shape[a] for a in axes)
+        if not trailing or not isinstance(pc, np.ndarray) or pc.dtype != dt or \
+                pc.ndim > len(tail) or not _broadcasts_to(pc.shape, tail):
+            return None      # varies over the rows (or does not fit): the decomposition
         params.append(pc)
     accs = [self.accuracy(n, F) for n in ("sub", "mul", "div", "add", "sqrt")]
     Facc = self.policy.resolve("reduce_sum", dt).accumulate

@@ -1838,6 +1838,9 @@ def test_layer_norm_rule_falls_back_where_it_does_not_apply():
     w = rng.standard_normal((5, 1)).astype(np.float32)
     out = fpx.interval(lambda h: fnn.layer_norm(h, axis=0, weight=w))(x)
     assert out.contains(out.value).all()
+    w_rows = rng.standard_normal((5, 6)).astype(np.float32)     # a weight per row
+    out = fpx.interval(lambda h: fnn.layer_norm(h, 6, weight=w_rows))(x)
+    assert out.contains(fnn.layer_norm(x, 6, weight=w_rows)).all()
     xn = x.copy()
     xn[1, 2] = np.nan
     out = fpx.interval(lambda h: fnn.layer_norm(h, 6))(xn)
