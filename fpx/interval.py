@@ -34,6 +34,7 @@ import numpy as np
 
 from fpx import formats as _formats
 from fpx import tree
+from fpx.kernels import conv as _kconv
 from fpx.kernels import interval as _K
 from fpx.core import (PRIMITIVES, Interpreter, Tracer, concrete,
                       current_interpreter, using)
@@ -1339,7 +1340,14 @@ def _weighted(self, prim, x, w, b=None, **params):
     intervals (where an exact centre is worth more), unstable or non-finite inputs, possible
     overflow, CuPy arrays -- runs the decomposition (and the matmul rule)."""
     y = _weighted_value_centred(self, prim, x, w, b, params)
-    return y if y is not None else prim.decomposition(x, w, b, **params)
+    if y is not None:
+        return y
+    y = prim.decomposition(x, w, b, **params)
+    if prim._make is None or not self._own(y):
+        return y
+    # The program runs the backend's own routine (oneDNN for a float32 conv, fpx.nn.conv):
+    # the same sums in another order, which the bounds cover; keep its value as the value.
+    return self.new(self.value_of(prim, (x, w, b), params), y.lo, y.hi, y.unstable, y.point)
 
 
 def _weighted_value_centred(self, prim, x, w, b, params):
@@ -1371,8 +1379,7 @@ def _weighted_value_centred(self, prim, x, w, b, params):
             if not np.all(np.isfinite(vx)):
                 return None
             L, m = np.abs(vx), float(np.max(np.abs(vx), initial=0.0))
-            center = self.bind_parent(prim, vx.astype(np.float64), wc.astype(np.float64),
-                                      bc.astype(np.float64) if in_sum else None, **params)
+            exact = True
             f = _up(c + _gamma(K + 2, 2.0 ** -53), 2) * corr
             bias_r = np.abs(bc) if in_sum else None
         else:
@@ -1380,7 +1387,7 @@ def _weighted_value_centred(self, prim, x, w, b, params):
             L, st = _K.mm_left(vx, x.lo, x.hi, 2 * c, stats=True)
             if not (all(np.isfinite(st)) and (x.point or st[0] >= 4 * c * st[1] * 1.01)):
                 return None
-            m, center, f = st[2], None, corr
+            m, exact, f = st[2], False, corr
             bias_r = _f32_upper(_up(2 * c * np.abs(bc.astype(np.float64)), 2)) if in_sum else None
         if in_sum:
             m = max(m, 1.0)                 # the bias's own term: 1 · b
@@ -1392,7 +1399,9 @@ def _weighted_value_centred(self, prim, x, w, b, params):
         if not (np.all(np.isfinite(concrete(v))) and np.all(np.isfinite(R))):
             return None
         rad = (R, f, f * K * 2.0 ** -150 + absterm)
-        if center is None:
+        if exact:
+            center = _exact_centre(self, prim, vx, wc, bc if in_sum else None, params)
+        else:
             center = _centre_of(v)
             rad = _out_rounding(self, rad, center, F_out, F_acc)
         top = F_acc.max if F_acc.has_inf else math.inf
@@ -1407,6 +1416,19 @@ def _weighted_value_centred(self, prim, x, w, b, params):
     if prim.name == "linear":
         return y + bc                                                   # the add rule
     return y + np.reshape(bc, (np.shape(wc)[0],) + (1,) * (np.ndim(wc) - 2))
+
+
+def _exact_centre(self, prim, x, w, b, params):
+    """op(x, w, b) of float32 operands summed in float64: a conv on torch's float64
+    convolution where its float32 one runs on oneDNN (fpx.kernels.conv), else the op in
+    float64 by the parent."""
+    if prim.name == "conv":
+        y = _kconv.conv_exact_f32(x, w, b, params["stride"], params["padding"],
+                                  params["dilation"], params["groups"])
+        if y is not None:
+            return y
+    return self.bind_parent(prim, x.astype(np.float64), w.astype(np.float64),
+                            None if b is None else b.astype(np.float64), **params)
 
 
 def _centre_of(v):

@@ -40,6 +40,7 @@ import numpy as np
 
 from fpx import numpy as fnp
 from fpx.core import PRIMITIVES, Composite
+from fpx.kernels import conv as _kconv
 
 __all__ = [
     "relu", "sigmoid", "silu", "gelu", "softmax", "log_softmax", "layer_norm", "rms_norm",
@@ -360,7 +361,25 @@ def _as_dtype(v, like):
     return v if _dtype(v) == _dtype(like) else fnp.astype(v, _dtype(like))
 
 
-_conv = Composite("conv", _conv_decomp, kind="matmul")
+def _conv_native(B):
+    """The NumPy backend's convolution: float32 through oneDNN where torch is installed
+    (``fpx.kernels.conv``: the same sums of products, 2x faster than im2col), the im2col
+    decomposition otherwise; other backends run the decomposition."""
+    if B.name != "numpy":
+        return _conv_decomp
+
+    def conv_numpy(x, w, b=None, *, stride, padding, dilation, groups, bias_in_sum=False):
+        y = _kconv.conv_f32(x, w, b if bias_in_sum else None, stride, padding, dilation, groups)
+        if y is None:
+            return _conv_decomp(x, w, b, stride=stride, padding=padding, dilation=dilation,
+                                groups=groups, bias_in_sum=bias_in_sum)
+        if b is not None and not bias_in_sum:
+            y = fnp.add(y, fnp.reshape(b, (_shape(w)[0],) + (1,) * (len(_shape(w)) - 2)))
+        return y
+    return conv_numpy
+
+
+_conv = Composite("conv", _conv_decomp, _conv_native, kind="matmul")
 
 
 def _conv_padding(padding, nd, ksize, stride, dilation):
@@ -403,7 +422,9 @@ def conv(x, w, b=None, stride=1, padding=0, dilation=1, groups=1, *, bias_in_sum
 
     with g = o // (O/groups).
 
-    Lowered to im2col by strided slicing and one matmul (groups as a batch dim).
+    Lowered to im2col by strided slicing and one matmul (groups as a batch dim). Eager
+    float32 on NumPy runs on oneDNN where torch is installed (``fpx.kernels.conv``): the same
+    sums of products in another order, so an inlined trace matches it to round-off.
     ``bias_in_sum=True`` makes the bias one more term of that matmul's sum (a library that
     starts the accumulator at the bias, e.g. torch's CPU convolutions: the round-off bound
     then covers the bias in any position of the summation).
