@@ -1608,6 +1608,46 @@ def test_conv_rule_without_float64_im2col_is_sound_and_as_tight(point, groups, s
     assert out.contains(y_rev).all()
 
 
+@pytest.mark.parametrize("xs,ws,kw", [
+    ((2, 4, 12), (6, 2, 3), dict(stride=2, padding=1, dilation=2, groups=2)),
+    ((2, 3, 7, 8), (4, 3, 3, 3), dict(padding=((1, 0), (0, 2)), stride=(2, 1))),
+    ((2, 4, 6, 7), (8, 1, 3, 3), dict(groups=4, padding="same")),
+    ((1, 2, 5, 6, 4), (3, 2, 2, 3, 2), dict(padding=1)),
+], ids=["1d-s2-d2-g2", "2d-asym-pads", "2d-depthwise", "3d"])
+@pytest.mark.parametrize("point", [True, False])
+def test_conv_rule_sound_on_every_conv_shape(xs, ws, kw, point):
+    """The conv rule's point path (exact centre: torch's float64 convolution where float32
+    ones run on oneDNN) and interval path on 1-d, 3-d, strided, dilated, grouped and
+    asymmetrically padded convolutions: the exact results (with the float64 reference's own
+    error bound around them), the im2col float32 run and the eager value inside,
+    never wider than the decomposition."""
+    import fpx.nn as fnn
+    rng = np.random.default_rng(12)
+    x = rng.standard_normal(xs).astype(np.float32)
+    w = (rng.standard_normal(ws) * 0.4).astype(np.float32)
+    b = rng.standard_normal(ws[0]).astype(np.float32)
+    xin = x if point else fpx.Interval.around(x, rel=1e-3)
+
+    def f(h):
+        return fnn.conv(h, w, b, bias_in_sum=True, **kw)
+    out, _ = _weighted_rule_and_decomposition(f, x, xin)
+    w64, b64 = w.astype(np.float64), b.astype(np.float64)
+    lo = x.astype(np.float64) if point else xin.lo
+    hi = x.astype(np.float64) if point else xin.hi
+    for t in (0.0, 0.5, 1.0):
+        assert out.contains(fnn.conv(lo + t * (hi - lo), w64, b64, **kw)).all()
+    im2col = fpx.trace(f, inline=True)(x).outputs      # the decomposition, in float32
+    assert out.contains(im2col).all() and out.contains(f(x)).all()
+    if point:
+        # the float64 reference sums exact products: within γ_{K+1}(2^-53)·S of the exact
+        # sum; the bound holds that whole neighbourhood
+        ex = fnn.conv(x.astype(np.float64), w64, b64, **kw)
+        S = fnn.conv(np.abs(x).astype(np.float64), np.abs(w64), np.abs(b64), **kw)
+        K = int(np.prod(ws[1:])) + 1
+        g = 2 * (K + 1) * 2.0 ** -53 * S
+        assert np.all(out.lo <= ex - g) and np.all(ex + g <= out.hi)
+
+
 def test_softmax_rule_kernel_matches_its_array_form_and_is_sound():
     """The softmax rule's compiled row loop against the same bound in array operations, and
     against exact softmaxes of points in the box (mpmath)."""

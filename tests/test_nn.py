@@ -576,6 +576,16 @@ def test_float32_conv_on_onednn_is_the_same_sums_as_its_decomposition(case, bias
     K = math.prod(ws[1:]) + (bias == "in_sum")
     for out in (y, rec.outputs):
         assert np.all(np.abs(out.astype(F64) - ex) <= K * 2.0 ** -24 * S + 1e-37)
+    # the interval rule's exact centre: the same sums in float64 (within γ_{K+1}(2^-53)·S)
+    if bias != "added" and layout == "c":
+        pads = nn._conv_padding(kw.get("padding", 0), len(ws) - 2, ws[2:],
+                                nn._tuple(kw.get("stride", 1), len(ws) - 2, "stride"),
+                                nn._tuple(kw.get("dilation", 1), len(ws) - 2, "dilation"))
+        c = _kconv.conv_exact_f32(x, w, bb, nn._tuple(kw.get("stride", 1), len(ws) - 2, "s"),
+                                  pads, nn._tuple(kw.get("dilation", 1), len(ws) - 2, "d"),
+                                  kw.get("groups", 1))
+        assert c.dtype == F64 and c.shape == ex.shape
+        assert np.all(np.abs(c - ex) <= 2 * (K + 1) * 2.0 ** -53 * S)
 
 
 def test_conv_engine_steps_aside_for_tf32_and_other_dtypes():
