@@ -1343,10 +1343,12 @@ def _weighted(self, prim, x, w, b=None, **params):
     if y is not None:
         return y
     y = prim.decomposition(x, w, b, **params)
-    if prim._make is None or not self._own(y):
+    bs = b if params.get("bias_in_sum") else None        # as fpx.nn.conv's eager routine
+    if prim.name != "conv" or not self._own(y) or _kconv._engine(
+            self.primal_of(x), self.primal_of(w), None if bs is None else self.primal_of(bs)) is None:
         return y
-    # The program runs the backend's own routine (oneDNN for a float32 conv, fpx.nn.conv):
-    # the same sums in another order, which the bounds cover; keep its value as the value.
+    # The program runs oneDNN for a float32 conv (fpx.nn.conv): the same sums in another
+    # order, which the bounds cover; keep its value as the value.
     return self.new(self.value_of(prim, (x, w, b), params), y.lo, y.hi, y.unstable, y.point)
 
 

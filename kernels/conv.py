@@ -8,14 +8,17 @@ transform's bounds hold for any summation order, so both describe the program's 
 
 Used only where it is the same arithmetic:
 
-* float32 operands (oneDNN has no float64 convolution; torch's own float64 path is slower
-  than im2col + DGEMM), NumPy arrays, nothing empty;
+* float32 operands (oneDNN has no float64 convolution, and torch's float64 one, alone, is
+  slower than im2col + DGEMM: float64 programs keep the decomposition), NumPy arrays,
+  nothing empty;
 * torch's float32 precision setting left at IEEE (``torch.backends.*.fp32_precision`` "none"
   or "ieee" at every level): a "tf32"/"bf16" setting would let oneDNN round the operands;
 * ``torch.mkldnn_convolution`` is called directly, never the backend selection of
   ``F.conv2d``, which may pick NNPACK's Winograd/FFT algorithms (not sums of the products).
 
 ``conv_f32`` returns None wherever it does not apply; the caller runs the decomposition.
+``conv_exact_f32`` (the interval rule's exact float64 centre of a float32 convolution) uses
+torch's float64 convolution wherever ``conv_f32`` applies, to stay on one thread pool.
 torch is imported on the first call that could use it (not at ``import fpx``).
 """
 from __future__ import annotations
