@@ -35,6 +35,7 @@ import numpy as np
 from fpx import formats as _formats
 from fpx import tree
 from fpx.kernels import conv as _kconv
+from fpx import nn as _nn
 from fpx.kernels import interval as _K
 from fpx.core import (PRIMITIVES, Interpreter, Tracer, concrete,
                       current_interpreter, using)
@@ -1343,12 +1344,19 @@ def _weighted(self, prim, x, w, b=None, **params):
     if y is not None:
         return y
     y = prim.decomposition(x, w, b, **params)
-    bs = b if params.get("bias_in_sum") else None        # as fpx.nn.conv's eager routine
-    if prim.name != "conv" or not self._own(y) or _kconv._engine(
-            self.primal_of(x), self.primal_of(w), None if bs is None else self.primal_of(bs)) is None:
+    if not self._own(y):
         return y
-    # The program runs oneDNN for a float32 conv (fpx.nn.conv): the same sums in another
-    # order, which the bounds cover; keep its value as the value.
+    bs = b if params.get("bias_in_sum") else None        # as the eager routines decide
+    px, pw, pb = self.primal_of(x), self.primal_of(w), None if bs is None else self.primal_of(bs)
+    if prim.name == "conv":
+        native = _kconv._engine(px, pw, pb) is not None
+    else:
+        native = pb is not None and _nn._linear_bias_last(px, pw, pb)
+    if not native:
+        return y
+    # The program's own routine sums in another order than the decomposition (oneDNN for a
+    # float32 conv, the in-sum bias added last by NumPy's linear), which the bounds cover;
+    # keep its value as the value.
     return self.new(self.value_of(prim, (x, w, b), params), y.lo, y.hi, y.unstable, y.point)
 
 

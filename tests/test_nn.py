@@ -502,6 +502,37 @@ def test_linear_embedding(dt):
         nn.linear(x, np.ones((4, 5), dt))
 
 
+@pytest.mark.parametrize("bias", ["none", "added", "in_sum"])
+@pytest.mark.parametrize("dt", ALL, ids=str)
+def test_linear_native_routine_sums_as_its_decomposition(dt, bias):
+    """Eager fpx.nn.linear runs one GEMM and adds the bias after it: bit for bit the
+    decomposition, except an in-sum bias of float32/float64 operands, which is added as the
+    sum's last term (no [x | 1] copy) -- then both are within Rump's K·u·Σ|x·w| of the exact
+    result, the bound fpx.interval uses for any position of the bias."""
+    x, w, b = (lowp(rnd(s, 80 + i), dt)[0] for i, s in enumerate([(3, 5, 33), (7, 33), 7]))
+    bb = None if bias == "none" else b
+    in_sum = bias == "in_sum"
+    y = nn.linear(x, w, bb, bias_in_sum=in_sum)
+    d = nn._linear_decomp(x, w, bb, bias_in_sum=in_sum)
+    assert y.dtype == d.dtype == dt and y.shape == (3, 5, 7)
+    if not in_sum or dt not in (F32, F64):
+        bits_equal(y, d)
+        return
+    bits_equal(y, (x.reshape(-1, 33) @ w.T + b).reshape(3, 5, 7))
+    x64, w64, b64 = (a.astype(F64) for a in (x, w, b))
+    S = np.abs(x64) @ np.abs(w64).T + np.abs(b64)
+    u = 2.0 ** -24 if dt == F32 else 2.0 ** -53
+    for out in (y, d):   # float64: against the float64 run, within twice the bound
+        err = np.abs(out.astype(F64) - (x64 @ w64.T + b64))
+        assert np.all(err <= (2 if dt == F64 else 1) * 34 * u * S)
+    # interval weights take the decomposition under fpx.interval: the value stays the
+    # program's own (the native routine's bits), inside the decomposition's bounds
+    wi = fpx.Interval.around(w, rel=1e-6)
+    iv = fpx.interval(lambda h, ww: nn.linear(h, ww, b, bias_in_sum=True))(x, wi)
+    bits_equal(iv.value, y)
+    assert iv.contains(y).all() and iv.contains(x64 @ w64.T + b64).all()
+
+
 # ============================================================================================
 # tracing
 # ============================================================================================
