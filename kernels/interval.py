@@ -468,6 +468,46 @@ def softmax_bounds(lo, hi, r_s, a_s, k, r_e, a_e, r_d, a_d, dlow, dhigh, g64, li
 
 
 @numba.njit(cache=True, error_model="numpy")
+def _ln_q_max(n, var_lo, M2, e_mu, a_v, g_v, d_op, d_s, eta, eps):
+    """An a priori bound on |(x_i - μ')/s'| (the program's normalized value before its own
+    rounding) over a layer norm's box; inf where none applies. |x_i - μ| <= sqrt((n-1)·var)
+    for every x (Σ_j (x_j - μ) = 0 and Cauchy-Schwarz), |μ' - μ| <= e_μ, the program's
+    var' >= max(0, var - G·σ - β) (σ = sqrt(var), G = γ·sqrt(M2), β = G·e_μ + a_v: the
+    rule's error terms for this x's own variance) and s'² >= (1-d)(var' + eps) - η. Two
+    ways to keep the dip of var - G·σ from reaching s': (a) var - G·σ >= (1-θ)·var -
+    G²/(4θ) with G²/(4θ) paid from eps; (b) σ >= m·G gives var - G·σ >= (1 - 1/m)·var, and
+    below that var' >= 0 leaves s'² >= (1-d)·eps - η. The least of the bounds is taken.
+    Without it a wide box (s_lo near sqrt(eps)) gave |y - b| up to |x|/sqrt(eps)·|w|, far
+    past sqrt(n)·|w|."""
+    E = _E
+    G = g_v * math.sqrt(M2) * (1 + 4 * E)
+    beta = (G * e_mu + a_v) * (1 + 4 * E)
+    k1 = (eps - beta) * (1 - 4 * E)
+    sq = math.sqrt(n - 1)
+    best = math.inf
+    if k1 > 0:                                              # (a)
+        th = max(G * G / (2 * k1), 1.0 / 1024)
+        kap = ((1 - d_op) * (k1 - G * G / (4 * th) * (1 + 4 * E)) - eta) * (1 - 4 * E)
+        c = (1 - d_op) * (1 - th) * (1 - 4 * E)
+        den = (c * var_lo + kap) * (1 - 4 * E)
+        if th <= 0.5 and kap >= 0 and den > 0:
+            best = (math.sqrt((n - 1) / c) * (1 + 4 * E) + e_mu / math.sqrt(den)) * (1 + 4 * E)
+    base = ((1 - d_op) * eps - eta) * (1 - 4 * E)
+    kap = ((1 - d_op) * k1 - eta) * (1 - 4 * E)
+    if base > 0 and kap >= 0:                               # (b)
+        for m in (1.5, 2.0, 4.0, 8.0, 16.0, 64.0):
+            c = (1 - d_op) * (1 - 1 / m) * (1 - 4 * E)
+            den = (c * var_lo + kap) * (1 - 4 * E)
+            if not den > 0:
+                continue
+            r = (math.sqrt((n - 1) / c) * (1 + 4 * E) + e_mu / math.sqrt(den)) * (1 + 4 * E)
+            if var_lo < (m * G) * (m * G):
+                r = max(r, (sq * m * G * (1 + 4 * E) + e_mu) / math.sqrt(base) * (1 + 4 * E))
+            best = min(best, r)
+    return best / (1 - d_s) * (1 + 8 * E) + _TINY
+
+
+@numba.njit(cache=True, error_model="numpy")
 def _layer_norm_rows(v, lo, hi, w, b, eps_lo, eps_hi, g_mu, g_v, g_out, d_op, d_s, eta, g64,
                      top, lim, wb_max, ylo, yhi):
     """fpx.interval's layer-norm rule (see its docstring for the derivation), one row at a
@@ -529,6 +569,7 @@ def _layer_norm_rows(v, lo, hi, w, b, eps_lo, eps_hi, g_mu, g_v, g_out, d_op, d_
         s_lo = math.sqrt(t_lo) * (1 - d_s) * (1 - 4 * _E) if t_lo > 0 else 0.0
         s_hi = math.sqrt(t_hi) * (1 + d_s) * (1 + 4 * _E)
         mu_abs = (abs(mv) + e64c + mr + e_mu) * (1 + 4 * _E)   # >= |the program's mean|
+        q_max = _ln_q_max(n, var_lo, M2, e_mu, a_v, g_v, d_op, d_s, eta, eps_lo)
         if (4 * xm * xm * n * 1.01 > lim) or (s_lo > 0 and 2.01 * xm / s_lo * wb_max > lim):
             n_bad += 1
         for j in range(n):
@@ -548,6 +589,8 @@ def _layer_norm_rows(v, lo, hi, w, b, eps_lo, eps_hi, g_mu, g_v, g_out, d_op, d_
             qh = dh / s_lo if dh >= 0 else dh / s_hi
             ql -= abs(ql) * 2 * _E + _TINY
             qh += abs(qh) * 2 * _E + _TINY
+            ql = max(ql, -q_max)
+            qh = min(qh, q_max)
             if ww < 0:
                 ql, qh = qh, ql
             zl = ql * ww + bb

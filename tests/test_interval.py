@@ -1836,6 +1836,47 @@ def test_layer_norm_rule_is_sound(kind):
             assert ((out.lo[i] <= ex) & (ex <= out.hi[i])).all()
 
 
+@pytest.mark.parametrize("n,eps,radius", [(8, 1e-5, 1.0), (48, 1e-5, 3.0), (48, 1e-2, 0.5),
+                                           (256, 1e-5, 40.0)])
+def test_layer_norm_rule_on_wide_boxes_stays_within_the_a_priori_range(n, eps, radius):
+    """A box wider than the rows' spread (the second layer norm of a transformer layer): the
+    variance may be near 0 in the box, yet |x_i - μ| <= sqrt((n-1)·var) keeps every output
+    within b ± 1.1·sqrt(n-1)·|w| (the error terms' share) -- before, 1/sqrt(eps) scaled the box's width (x1000). Sound
+    against mpmath and float32 executions at the box's centre, corners, random points and
+    the extreme points (one-hot rows, near-constant rows with variance ~eps)."""
+    rng = np.random.default_rng(25)
+    x = (rng.standard_normal((4, n)) * 0.3).astype(np.float32)
+    w = rng.standard_normal(n).astype(np.float32)
+    b = rng.standard_normal(n).astype(np.float32)
+    xin = fpx.Interval(x.astype(np.float64) - radius, x.astype(np.float64) + radius, value=x)
+    out = fpx.interval(lambda h: fnn.layer_norm(h, n, w, b, eps))(xin)
+    assert np.all(np.isfinite(out.lo)) and np.all(np.isfinite(out.hi))
+    reach = np.sqrt(n - 1) * np.abs(w.astype(np.float64))
+    assert np.all(out.hi - b <= 1.1 * reach + 1e-3) and np.all(b - out.lo <= 1.1 * reach + 1e-3)
+    lo, hi = xin.lo, xin.hi
+    pts = [x.astype(np.float64), lo, hi] + [lo + rng.random(lo.shape) * (hi - lo)
+                                            for _ in range(2)]
+    for scale in (radius, 1e-3, np.sqrt(eps)):                 # one-hot rows in the box
+        p = x.astype(np.float64).copy()
+        for i in range(p.shape[0]):
+            p[i] = p[i].mean()
+            p[i, i % n] += min(scale, radius) * (1 if i % 2 else -1) * 0.9
+        pts.append(np.clip(p, lo, hi))
+    mpmath.mp.prec = 120
+    for p in pts:
+        p32 = np.clip(p.astype(np.float32), lo.astype(np.float32), hi.astype(np.float32))
+        p32 = np.where((p32 < lo) | (p32 > hi), x, p32)           # float32 points in the box
+        for y in _ln_executions(p32, w, b, eps, rng):
+            assert out.contains(y).all()
+        for i, row in enumerate(p32.astype(np.float64)):
+            r = [mpmath.mpf(float(t)) for t in row]
+            mu = mpmath.fsum(r) / n
+            s = mpmath.sqrt(mpmath.fsum((t - mu) ** 2 for t in r) / n + mpmath.mpf(eps))
+            ex = np.array([float((t - mu) / s * mpmath.mpf(float(ww)) + mpmath.mpf(float(bb)))
+                           for t, ww, bb in zip(r, w, b)])
+            assert ((out.lo[i] <= ex) & (ex <= out.hi[i])).all()
+
+
 @pytest.mark.parametrize("point", [True, False])
 def test_layer_norm_rule_is_tighter_than_or_close_to_the_decomposition(point):
     """The rule couples mean and variance (the decomposition's intervals do not): no wider
