@@ -1778,6 +1778,58 @@ def _layer_norm_rows(self, prim, x, weight, bias, axes, eps):
     return self.new(v, ylo, yhi, un)
 
 
+@_rule("rms_norm")
+def _rms_norm(self, prim, x, weight=None, *, axis, eps):
+    """RMS norm as its decomposition ``x / sqrt(mean(x·x) + eps) · w``, intersected with its a
+    priori range. For every x, x_i² <= Σ_j x_j² = n·ms; the program's ms' >= κ·ms - A
+    (κ = 1 - γ_{n+6}(δ): the squares, their sum in any order, the division, a cast; A: the
+    underflow terms) and, where eps·(1 - δ) >= 2(A + η), fl(ms' + eps) >= κ·ms·(1 - δ), so
+    |x_i / s'| <= sqrt(n/(κ(1 - δ)))·(1 + δ)/(1 - d_s) and |y_i| <= that·|w_i|·(1 + δ) + η.
+    A box wider than the rows' spread may contain rows with ms near 0, where the
+    decomposition's quotient has only sqrt(eps) below it (|y| up to |x|/sqrt(eps)·|w|);
+    the range keeps it near sqrt(n)·|w|. δ: the largest unit error of the policy's
+    mul/div/add/sqrt and its sum accumulation; applies to NumPy inputs with finite bounds and
+    point weights."""
+    y = prim.decomposition(x, weight, axis=axis, eps=eps)
+    if not self._own(y) or not isinstance(y.lo, np.ndarray) or y.lo.size == 0:
+        return y
+    lo, hi, _, _ = self.bounds(x)
+    if not (isinstance(lo, np.ndarray) and _all_finite(lo) and _all_finite(hi)):
+        return y
+    if weight is not None and self._own(weight) and not weight.point:
+        return y
+    F = _fmt_of(np.asarray(self.primal_of(y)).dtype)
+    dt = np.asarray(self.primal_of(x)).dtype
+    Fx = _fmt_of(dt)
+    if F is None or Fx is None:
+        return y
+    accs = [self.accuracy(n, f) for n in ("mul", "div", "add", "sqrt", "cast") for f in (Fx, F)]
+    Facc = self.policy.resolve("reduce_sum", dt).accumulate
+    acc_sum = self.accuracy("reduce_sum", Facc)
+    if any(a.input_dependent for a in accs) or acc_sum.input_dependent:
+        return y
+    n = _count(lo.shape, axis)
+    fmts = (Fx, F, Facc)
+    delta = max(max(a.ulps for a in accs) * 2.0 ** (1 - min(f.p for f in (Fx, F))),
+                acc_sum.ulps * 2.0 ** (1 - Facc.p))
+    eta = max(max(a.ulps for a in accs) * max(f.smallest_subnormal for f in fmts)
+              + max(a.absolute for a in accs),
+              acc_sum.ulps * Facc.smallest_subnormal + acc_sum.absolute)
+    kappa = 1.0 - self.gamma(n + 6, delta)
+    A = (2 * n + 2) * eta * (1 + 2.0 ** -40)     # squares, their sum, the division, a cast
+    if not (kappa > 0.5 and delta < 0.01 and float(eps) * (1 - delta) >= 2 * (A + eta)):
+        return y
+    d_s = (max(a.ulps for a in accs[6:8]) + 1) * 2.0 ** (1 - min(Fx.p, F.p))
+    q = math.sqrt(n / (kappa * (1 - delta))) * (1 + delta) / (1 - d_s) * (1 + 2.0 ** -40)
+    w = 1.0 if weight is None else np.abs(_as_f64(self.primal_of(weight)))
+    with np.errstate(all="ignore"):
+        top = _up((q + eta) * w * (1 + delta) + eta, 2)
+        if not np.all(np.isfinite(top)):
+            return y
+        ylo, yhi = np.maximum(y.lo, -top), np.minimum(y.hi, top)
+    return self.new(y.primal, ylo, yhi, y.unstable, y.point)
+
+
 # =============================================================================================
 # The transform
 # =============================================================================================

@@ -1877,6 +1877,55 @@ def test_layer_norm_rule_on_wide_boxes_stays_within_the_a_priori_range(n, eps, r
             assert ((out.lo[i] <= ex) & (ex <= out.hi[i])).all()
 
 
+@pytest.mark.parametrize("dt", [np.float32, np.float16])
+@pytest.mark.parametrize("radius", [0.01, 0.3, 3.0])
+def test_rms_norm_bound_stays_within_its_a_priori_range(dt, radius):
+    """rms_norm's bound: the decomposition's, intersected with |y_i| <= ~sqrt(n)·|w_i| (the
+    decomposition alone reached |x|/sqrt(eps)·|w| on boxes wider than the rows' spread).
+    Sound against mpmath and executions at the centre, corners, random and one-hot points."""
+    rng = np.random.default_rng(26)
+    n = 64
+    x = (rng.standard_normal((4, n)) * 0.3).astype(dt)
+    w = rng.standard_normal(n).astype(dt)
+    xin = fpx.Interval(x.astype(np.float64) - radius, x.astype(np.float64) + radius, value=x)
+    f = lambda h: fnn.rms_norm(h, w, eps=1e-5)          # noqa: E731
+    out = fpx.interval(f)(xin)
+    assert np.all(np.isfinite(out.lo)) and np.all(np.isfinite(out.hi))
+    reach = np.sqrt(n) * np.abs(w.astype(np.float64))
+    assert np.all(np.maximum(out.hi, -out.lo) <= 1.05 * reach + 1e-3)
+    lo, hi = xin.lo, xin.hi
+    pts = [x.astype(np.float64), lo, hi, lo + rng.random(lo.shape) * (hi - lo)]
+    for scale in (radius, 1e-3):   # the points of the box nearest to one-hot rows
+        p = np.zeros_like(lo)
+        for i in range(p.shape[0]):
+            p[i, i] = (x[i, i] + scale * 0.9) * (1 if i % 2 else -1)
+        pts.append(np.clip(p, lo, hi))
+    mpmath.mp.prec = 100
+    for p in pts:
+        pd = p.astype(dt)
+        pd = np.where((pd < lo) | (pd > hi), x, pd)
+        assert out.contains(f(pd)).all()                         # the program itself
+        seq = np.zeros(pd.shape[0], dt)                          # the squares summed in
+        for k in range(n - 1, -1, -1):                           # reverse, one at a time
+            seq = (seq + pd[:, k] * pd[:, k]).astype(dt)
+        den = np.sqrt((seq / dt(n)).astype(dt) + dt(1e-5)).astype(dt)
+        assert out.contains(((pd / den[:, None]).astype(dt) * w).astype(dt)).all()
+        for i, row in enumerate(pd.astype(np.float64)):
+            r = [mpmath.mpf(float(t)) for t in row]
+            s = mpmath.sqrt(mpmath.fsum(t * t for t in r) / n + mpmath.mpf(1e-5))
+            ex = np.array([float(t / s * mpmath.mpf(float(ww))) for t, ww in zip(r, w)])
+            assert ((out.lo[i] <= ex) & (ex <= out.hi[i])).all()
+    if radius == 3.0:      # the range is what bounds it here: the decomposition alone is wider
+        import sys
+        iv_mod = sys.modules["fpx.interval"]
+        rule = iv_mod.IntervalInterpreter.rules.pop("rms_norm")
+        try:
+            ref = fpx.interval(f)(xin)
+        finally:
+            iv_mod.IntervalInterpreter.rules["rms_norm"] = rule
+        assert np.median(ref.width) > 10 * np.median(out.width)
+
+
 @pytest.mark.parametrize("point", [True, False])
 def test_layer_norm_rule_is_tighter_than_or_close_to_the_decomposition(point):
     """The rule couples mean and variance (the decomposition's intervals do not): no wider
