@@ -1651,11 +1651,10 @@ def _sdpa(self, prim, q, k, v, mask=None, *, is_causal, scale):
     """Attention as its decomposition, but where the scores' bounds are finite no execution
     has a row of -inf scores: PyTorch's safe-softmax masking (a comparison, a reduction and
     two selections over the whole score block) is then the identity and is skipped."""
-    from fpx import nn as fnn
-    s = fnn._sdpa_scores(q, k, mask, is_causal, scale)
+    s = _nn._sdpa_scores(q, k, mask, is_causal, scale)
     safe = not (self._own(s) and isinstance(s.lo, np.ndarray) and isinstance(s.hi, np.ndarray)
                 and _all_finite(s.lo) and _all_finite(s.hi))
-    return fnn._sdpa_finish(s, v, safe=safe)
+    return _nn._sdpa_finish(s, v, safe=safe)
 
 
 def _broadcasts_to(shape, target):
