@@ -19,10 +19,19 @@ Used only where it is the same arithmetic:
 ``conv_f32`` returns None wherever it does not apply; the caller runs the decomposition.
 ``conv_exact_f32`` (the interval rule's exact float64 centre of a float32 convolution) uses
 torch's float64 convolution wherever ``conv_f32`` applies, to stay on one thread pool.
+``conv_upper_bf16`` (the rule's radius, an upper bound of a convolution of nonnegative
+operands) runs one oneDNN bfloat16 convolution of the operands rounded up to bfloat16 where
+the CPU has bfloat16 instructions: ~3x faster than the float32 one here (AVX512-BF16).
+``conv_split_f32`` (the rule's default centre of a point convolution) sums oneDNN float32
+convolutions over blocks of input channels in float64: 2-2.5 float32 convolutions' time
+against ~7 for torch's float64 one, within ``γ_{K/blocks}(u32)·Σ|x·w|`` of the exact sum.
 torch is imported on the first call that could use it (not at ``import fpx``).
 """
 from __future__ import annotations
 
+import math
+
+import numba
 import numpy as np
 
 _TORCH = None          # the torch module once imported; False when unavailable
@@ -101,3 +110,108 @@ def conv_exact_f32(x, w, b, stride, padding, dilation, groups):
         y = torch.convolution(tx, tw, tb, list(stride), pad, list(dilation), False,
                               [0] * len(pad), int(groups))
     return y.contiguous().numpy()
+
+
+@numba.njit(cache=True)
+def _sum_f64(parts, out):
+    """out = ((parts[0] + parts[1]) + parts[2]) + ... elementwise, in float64, one pass."""
+    for i in range(out.size):
+        s = np.float64(parts[0][i])
+        for j in range(1, len(parts)):
+            s += np.float64(parts[j][i])
+        out[i] = s
+
+
+def conv_split_f32(x, w, b, stride, padding, dilation, groups, blocks):
+    """``Σ_j conv(x_j, w_j) (+ b)`` over ``blocks`` contiguous blocks of each group's input
+    channels, each a oneDNN float32 convolution, added in float64 in order j = 0, 1, ...
+    (then b): every output is a sum of K = C_in/groups·Π kernel products; block j holds K_j of
+    them, and its float32 sum is within γ_{K_j}(2^-24)·Σ_j|x·w| (+ K_j·2^-150 of underflow) of
+    their exact sum in any order, the float64 additions within γ_{blocks+1}(2^-53) of theirs
+    (Higham 2002, §3.1). Returns (float64 array, max K_j), or None where ``conv_f32`` does not
+    apply or a group has fewer than ``blocks`` input channels."""
+    torch = _engine(x, w, b)
+    cg = w.shape[1]
+    if torch is None or blocks < 2 or cg < blocks:
+        return None
+    (tx, tw, _), pad = _tensors(torch, x, w, None, padding)
+    edges = [cg * j // blocks for j in range(blocks + 1)]
+    n, sp, g = tx.shape[0], tuple(tx.shape[2:]), int(groups)
+    xg = tx.reshape((n, g, cg) + sp)
+    parts = []
+    with torch.no_grad():
+        for lo, hi in zip(edges[:-1], edges[1:]):
+            xj = xg[:, :, lo:hi].reshape((n, g * (hi - lo)) + sp).contiguous()
+            wj = tw[:, lo:hi].contiguous()
+            y = torch.mkldnn_convolution(xj, wj, None, pad, list(stride), list(dilation), g)
+            parts.append(y.contiguous().numpy())
+    acc = np.empty(parts[0].shape, np.float64)
+    _sum_f64(tuple(p.reshape(-1) for p in parts), acc.reshape(-1))
+    if b is not None:
+        acc += np.asarray(b, np.float64).reshape((-1,) + (1,) * len(sp))
+    k_taps = int(np.prod(w.shape[2:]))
+    return acc, max(hi - lo for lo, hi in zip(edges[:-1], edges[1:])) * k_taps
+
+
+@numba.njit(cache=True)
+def _bf16_up_loop(bits, out):
+    for i in range(bits.size):
+        u = bits[i] & np.uint32(0x7FFFFFFF)       # operands are >= 0 (a -0.0 is 0)
+        if u > np.uint32(0x7F800000):
+            out[i] = np.uint16(0x7FC0)            # NaN stays NaN
+        elif u == 0:
+            out[i] = np.uint16(0)
+        elif u < np.uint32(0x00800000):
+            out[i] = np.uint16(0x0080)            # below 2^-126: 2^-126 (no subnormal inputs)
+        else:
+            hi = u >> np.uint32(16)
+            if u & np.uint32(0xFFFF):
+                hi += np.uint32(1)                # the next bfloat16 up (max -> inf)
+            out[i] = np.uint16(hi)
+
+
+def _bf16_up(torch, t):
+    """A bfloat16 tensor >= t elementwise (t: a nonnegative float32 tensor): the upper 16 bits
+    of each float32, incremented where the lower ones are not all zero (directed rounding
+    upward, exactly); nonzero values below 2^-126 become 2^-126, since oneDNN's bfloat16
+    instructions treat subnormal inputs as 0."""
+    bits = t.contiguous().numpy().view(np.uint32).reshape(-1)
+    out = np.empty(bits.size, np.uint16)
+    _bf16_up_loop(bits, out)
+    return torch.from_numpy(out.view(np.int16)).view(torch.bfloat16).reshape(t.shape)
+
+
+def _bf16_fast(torch) -> bool:
+    """oneDNN runs bfloat16 on this CPU (natively, or emulated with float32 accumulation)."""
+    try:
+        return bool(torch.ops.mkldnn._is_mkldnn_bf16_supported())
+    except Exception:
+        return False
+
+
+def conv_upper_bf16(x, w, b, stride, padding, dilation, groups):
+    """(R, f, a) with conv(x, w) (+ b) <= R·f + a elementwise in exact arithmetic, for
+    nonnegative float32 x, w (and b, one more term of each sum), from one oneDNN bfloat16
+    convolution of x, w, b rounded up to bfloat16 (``_bf16_up``): each product of two
+    bfloat16 values is exact in float32, oneDNN accumulates in float32 (every partial sum of
+    nonnegative terms loses at most 2^-23 relative, counted as a full ulp in case of other
+    than round-to-nearest, or 2^-126 where flushed to zero) and rounds the sum to bfloat16
+    (at most 2^-7 relative, or 2^-126 where flushed): with K + 1 terms,
+    exact <= (R + (2K + 3)·2^-126) / ((1 - 2^-7)(1 - γ_{K+1}(2^-23))). The bound is ~1.6%
+    above the float32 one (the operands' rounding up). None where ``conv_f32`` does not apply
+    or oneDNN has no bfloat16 here."""
+    torch = _engine(x, w, b)
+    if torch is None or not _bf16_fast(torch):
+        return None
+    (tx, tw, tb), pad = _tensors(torch, x, w, b, padding)
+    xb, wb = _bf16_up(torch, tx), _bf16_up(torch, tw)
+    bb = None if tb is None else _bf16_up(torch, tb)
+    with torch.no_grad():
+        y = torch.mkldnn_convolution(xb, wb, bb, pad, list(stride), list(dilation), int(groups))
+    R = y.float().numpy()
+    k = int(np.prod(w.shape[1:])) + (b is not None)
+    g = k * 2.0 ** -23
+    if not g < 0.5:
+        return None
+    f = 1.0 / ((1.0 - 2.0 ** -7) * (1.0 - g / (1.0 - g))) * (1.0 + 2.0 ** -50)
+    return R, f, math.ldexp(2 * k + 3, -126) * f

@@ -619,6 +619,111 @@ def test_float32_conv_on_onednn_is_the_same_sums_as_its_decomposition(case, bias
         assert np.all(np.abs(c - ex) <= 2 * (K + 1) * 2.0 ** -53 * S)
 
 
+def _conv_args(xs, ws, kw):
+    nd = len(ws) - 2
+    stride = nn._tuple(kw.get("stride", 1), nd, "stride")
+    dilation = nn._tuple(kw.get("dilation", 1), nd, "dilation")
+    pads = nn._conv_padding(kw.get("padding", 0), nd, ws[2:], stride, dilation)
+    return stride, pads, dilation, kw.get("groups", 1)
+
+
+# wider channel counts: the split centre needs >= 4 input channels per group
+SPLIT_CASES = {
+    "2d-8ch": ((2, 8, 7, 8), (5, 8, 3, 3), dict(padding=1)),
+    "2d-6ch-uneven-s2": ((2, 6, 9, 8), (4, 6, 3, 3), dict(stride=2, padding=((1, 0), (0, 2)))),
+    "2d-g2-16ch": ((1, 16, 6, 6), (6, 8, 3, 3), dict(groups=2, padding=1, dilation=2)),
+    "1d-5ch": ((2, 5, 13), (3, 5, 4), dict(padding="same")),
+    "3d-4ch": ((1, 4, 4, 5, 4), (2, 4, 2, 3, 2), dict(padding=1)),
+}
+
+
+def test_bf16_up_is_the_smallest_bfloat16_not_below():
+    """The radius's operands rounded up to bfloat16, bit for bit: the smallest bfloat16 >= x
+    (ml_dtypes' neighbours), subnormals up to 2^-126 (oneDNN flushes bfloat16 subnormal
+    inputs), 0 -> 0, inf -> inf, NaN -> NaN, past bfloat16's max -> inf."""
+    _engine_or_skip()
+    import torch
+    bf16 = ml_dtypes.bfloat16
+    rng = np.random.default_rng(80)
+    x = np.abs(np.concatenate([
+        rng.standard_normal(4000) * 10.0 ** rng.integers(-40, 38, 4000),
+        np.array([0.0, -0.0, 1.0, 1 + 2.0 ** -8, 1 + 2.0 ** -7, 1 + 2.0 ** -23, 2.0 ** -126,
+                  2.0 ** -127, 2.0 ** -149, 3.0e38, 3.3961e38, np.finfo(F32).max, np.inf]),
+        np.nextafter(np.float32(1.0), np.float32(2.0), dtype=F32) * np.ones(2),
+    ])).astype(F32)
+    x = np.append(x, np.float32(np.nan))
+    y = _kconv._bf16_up(torch, torch.from_numpy(x)).float().numpy()
+    fin = np.isfinite(x) & (x > 0) & (x >= 2.0 ** -126)
+    assert np.all(y[fin] >= x[fin])
+    # the next bfloat16 down from y is below x: y is the smallest
+    below = (y[fin].astype(bf16).view(np.uint16) - 1).view(bf16).astype(F32)
+    assert np.all((below < x[fin]) | np.isinf(y[fin]) & (x[fin] > float(ml_dtypes.finfo(bf16).max)))
+    assert np.all(y[(x == 0)] == 0)
+    assert np.all(y[(x > 0) & (x < 2.0 ** -126)] == 2.0 ** -126)
+    assert np.isinf(y[np.isinf(x)]).all() and np.isnan(y[-1])
+    exact = fin & (x.astype(bf16).astype(F32) == x)
+    assert np.array_equal(y[exact], x[exact])          # bfloat16 values stay as they are
+
+
+@pytest.mark.parametrize("bias", [False, True])
+@pytest.mark.parametrize("scale", ["normal", "tiny", "huge", "sparse"])
+@pytest.mark.parametrize("case", list(SPLIT_CASES) + ["2d-groups2-asym", "1d-s2-p1-d2-g2"])
+def test_conv_upper_bf16_bounds_the_exact_sum(case, scale, bias):
+    """The bfloat16 radius convolution: R·f + a >= the exact sum of the nonnegative products
+    (the float64 convolution plus its own γ_{K+2}(2^-53) error), and at most ~3% above it
+    where no term is near the underflow threshold."""
+    _engine_or_skip()
+    import torch
+    if not _kconv._bf16_fast(torch):
+        pytest.skip("oneDNN has no bfloat16 on this CPU")
+    xs, ws, kw = {**CONV_CASES, **SPLIT_CASES}[case]
+    mag = {"normal": 1.0, "tiny": 1e-37, "huge": 1e30, "sparse": 1.0}[scale]
+    x = (np.abs(rnd(xs, 81)) * mag).astype(F32)
+    if scale == "sparse":
+        x[np.random.default_rng(82).random(xs) < 0.7] = 0.0   # ReLU zeros
+    w, b = np.abs(rnd(ws, 83)).astype(F32), np.abs(rnd(ws[0], 84)).astype(F32)
+    bb = b if bias else None
+    args = _conv_args(xs, ws, kw)
+    R, f, a = _kconv.conv_upper_bf16(x, w, bb, *args)
+    S = nn.conv(x.astype(F64), w.astype(F64), None if bb is None else bb.astype(F64), **kw)
+    K = math.prod(ws[1:]) + bias
+    exact_hi = S * (1 + 2 * (K + 2) * 2.0 ** -53)
+    assert R.shape == S.shape and np.all(R.astype(F64) * f + a >= exact_hi)
+    if scale in ("normal", "huge", "sparse"):
+        assert np.all(R.astype(F64) * f + a <= S * 1.03 + 1e-30)
+    assert _kconv.conv_upper_bf16(x.astype(F64), w.astype(F64), None, *args) is None
+
+
+@pytest.mark.parametrize("bias", [False, True])
+@pytest.mark.parametrize("case", list(SPLIT_CASES))
+def test_conv_split_f32_is_within_its_bound_of_the_exact_sum(case, bias):
+    """The split centre (float32 convolutions over input-channel blocks, added in float64):
+    within (γ_{K_j}(2^-24) + γ_{B+1}(2^-53)(1 + γ_{K_j}))·Σ|x·w| + 4K·2^-150 of the exact
+    sum (the float64 convolution, with its own γ_{K+2}(2^-53)·Σ|x·w|), including uneven
+    blocks, groups, strides, asymmetric padding, 1-d and 3-d; None with fewer input channels
+    per group than blocks."""
+    _engine_or_skip()
+    xs, ws, kw = SPLIT_CASES[case]
+    x, w = rnd(xs, 85).astype(F32), rnd(ws, 86).astype(F32)
+    b = rnd(ws[0], 87).astype(F32) if bias else None
+    args = _conv_args(xs, ws, kw)
+    c, kj = _kconv.conv_split_f32(x, w, b, *args, 4)
+    cg, taps = ws[1], math.prod(ws[2:])
+    assert c.dtype == F64 and kj == -(-cg // 4) * taps
+    b64 = None if b is None else b.astype(F64)
+    ex = nn.conv(x.astype(F64), w.astype(F64), b64, **kw)
+    S = nn.conv(np.abs(x).astype(F64), np.abs(w).astype(F64),
+                None if b is None else np.abs(b64), **kw)
+    K = cg * taps + bias
+    g32, g64 = kj * 2.0 ** -24 / (1 - kj * 2.0 ** -24), 5 * 2.0 ** -53 / (1 - 5 * 2.0 ** -53)
+    tol = (g32 + g64 * (1 + g32)) * S + 4 * K * 2.0 ** -150 + 2 * (K + 2) * 2.0 ** -53 * S
+    assert c.shape == ex.shape and np.all(np.abs(c - ex) <= tol)
+    # fewer input channels per group than blocks: no split (the caller's float64 centre)
+    xs3, ws3, kw3 = CONV_CASES["2d-basic"]                 # 3 input channels
+    assert _kconv.conv_split_f32(rnd(xs3, 1).astype(F32), rnd(ws3, 2).astype(F32), None,
+                                 *_conv_args(xs3, ws3, kw3), 4) is None
+
+
 def test_conv_engine_steps_aside_for_tf32_and_other_dtypes():
     """A torch float32-precision setting of "tf32"/"bf16" would round oneDNN's operands: the
     engine then declines (the decomposition runs), as for float64/float16 operands."""
