@@ -472,6 +472,36 @@ def _mul(self, prim, a, b):
     return self.new(v, lo, hi, un)
 
 
+@_rule("batch_norm")
+def _batch_norm(self, prim, x, mean, var, weight=None, bias=None, *, axis, eps):
+    """The decomposition with its last two ops, ``x·alpha + beta``, fused into one pass
+    (``_K.affine_bounds``): the mul and add rules' bounds bit for bit, without the
+    intermediate arrays. alpha and beta are computed by this interpreter as in the
+    decomposition (their own rounding is the program's: intervals around the computed
+    per-channel values). Formats without the fused mul/add path, CuPy: the decomposition."""
+    stats = (mean, var, weight, bias)
+    if not self._own(x):
+        return prim.decomposition(x, *stats, axis=axis, eps=eps)
+    px = concrete(x.primal)
+    alpha, beta = _nn.batch_norm_coefficients(*stats, eps, np.asarray(px).dtype, np.ndim(px),
+                                              axis)
+    with using(self.parent):            # the decomposition's last two ops, by the parent
+        v = _nn.scale_shift(x.primal, self.primal_of(alpha), self.primal_of(beta))
+    dt = np.asarray(concrete(v)).dtype
+    F = _fmt_of(dt)
+    accs = None if F is None else (self.accuracy("mul", F), self.accuracy("add", F))
+    slo, shi, su, _ = self.bounds(alpha, dt)
+    tlo, thi, tu, _ = self.bounds(beta, dt)
+    if not (accs is not None and not any(a.input_dependent for a in accs)
+            and (F.has_inf or F.name == "float64")
+            and all(isinstance(z, np.ndarray) for z in (x.lo, x.hi, slo, shi, tlo, thi))):
+        return _nn.scale_shift(x, alpha, beta)
+    (r1, a1, top), (r2, a2, _) = (_rounding_terms(F, a.ulps, a.absolute, steps=1)
+                                  for a in accs)
+    lo, hi = _K.affine_bounds(x.lo, x.hi, slo, shi, tlo, thi, r1, a1, r2, a2, top)
+    return self.new(v, lo, hi, _or_unstable(x.unstable, su, tu))
+
+
 @_rule("div")
 def _div(self, prim, a, b):
     v, (alo, ahi), (blo, bhi), un, pt = _binary_prep(self, prim, a, b)

@@ -44,6 +44,7 @@ from fpx.kernels import conv as _kconv
 
 __all__ = [
     "relu", "sigmoid", "silu", "gelu", "softmax", "log_softmax", "layer_norm", "rms_norm",
+    "batch_norm",
     "conv", "conv1d", "conv2d", "max_pool", "max_pool1d", "max_pool2d", "avg_pool",
     "avg_pool1d", "avg_pool2d", "scaled_dot_product_attention", "cross_entropy", "linear",
     "embedding",
@@ -286,6 +287,49 @@ def rms_norm(x, weight=None, eps=1e-6, axis=-1):
     axes = tuple(sorted({_axis(a, nd) for a in (axis if isinstance(axis, (tuple, list))
                                                 else (axis,))}))
     return _rms_norm.bind(x, weight, axis=axes, eps=float(eps))
+
+
+def batch_norm_coefficients(mean, var, weight, bias, eps, dtype, ndim, axis):
+    """(alpha, beta) of an inference batch norm, PyTorch's CPU kernel: in the statistics'
+    dtype ``inv = 1 / sqrt(var + eps)``, ``alpha = inv · weight``, ``beta = bias − mean ·
+    alpha`` (``−(mean · alpha)`` without a bias), then cast to ``dtype`` and shaped to
+    broadcast along ``axis`` of an ``ndim``-d input."""
+    inv = fnp.divide(_c(1, mean), fnp.sqrt(fnp.add(var, _c(eps, mean))))
+    alpha = inv if weight is None else fnp.multiply(inv, weight)
+    ma = fnp.multiply(mean, alpha)
+    beta = fnp.negative(ma) if bias is None else fnp.subtract(bias, ma)
+    shp = tuple(-1 if d == axis else 1 for d in range(ndim))
+    return (fnp.reshape(fnp.astype(alpha, dtype), shp), fnp.reshape(fnp.astype(beta, dtype), shp))
+
+
+def _batch_norm_decomp(x, mean, var, weight, bias, *, axis, eps):
+    """y = x · alpha + beta with the per-channel (alpha, beta) of batch_norm_coefficients."""
+    alpha, beta = batch_norm_coefficients(mean, var, weight, bias, eps, _dtype(x),
+                                          len(_shape(x)), axis)
+    return scale_shift(x, alpha, beta)
+
+
+def scale_shift(x, alpha, beta):
+    """x · alpha + beta, two roundings (a batch norm's last step)."""
+    return fnp.add(fnp.multiply(x, alpha), beta)
+
+
+_batch_norm = Composite("batch_norm", _batch_norm_decomp, kind="elementwise")
+
+
+def batch_norm(x, mean, var, weight=None, bias=None, eps=1e-5, *, axis=1):
+    """Batch normalization with given statistics (inference), ``(x − mean) / sqrt(var + eps)
+    · weight + bias`` per channel ``axis``, in PyTorch's CPU arithmetic: per-channel
+    ``alpha``, ``beta`` in the statistics' dtype (see batch_norm_coefficients), then
+    ``x · alpha + beta`` in ``x``'s dtype (two roundings per element)."""
+    nd = len(_shape(x))
+    ax = _axis(axis, nd)
+    c = _shape(x)[ax]
+    for name, p in (("mean", mean), ("var", var), ("weight", weight), ("bias", bias)):
+        if p is not None and _shape(p) != (c,):
+            raise ValueError(f"fpx.nn.batch_norm: {name} must have shape ({c},) (the channels "
+                             f"of axis {ax}), got {_shape(p)}")
+    return _batch_norm.bind(x, mean, var, weight, bias, axis=ax, eps=float(eps))
 
 
 # --------------------------------------------------------------------------------------------

@@ -677,16 +677,9 @@ def _bn_eval(ctx, x, w, b, mean, var, eps):
     """torch's CPU inference kernel: alpha = w / sqrt(var + eps) (as 1/sqrt * w), beta =
     b - mean * alpha, y = x * alpha + beta (per channel, dim 1), in opmath."""
     comp = _opmath(ctx.dtype)
-    c = _shape(x)[1]
     pdt = _opmath(_dt(mean))
-    mean, var = _cast(mean, pdt), _cast(var, pdt)
-    inv = fnp.divide(_cast(1, pdt), fnp.sqrt(fnp.add(var, _cast(eps, pdt))))
-    alpha = inv if w is None else fnp.multiply(inv, _cast(w, pdt))
-    beta = fnp.negative(fnp.multiply(mean, alpha)) if b is None else \
-        fnp.subtract(_cast(b, pdt), fnp.multiply(mean, alpha))
-    shp = (1, c) + (1,) * (len(_shape(x)) - 2)
-    alpha, beta = fnp.reshape(_cast(alpha, comp), shp), fnp.reshape(_cast(beta, comp), shp)
-    return _cast(fnp.add(fnp.multiply(_cast(x, comp), alpha), beta), ctx.dtype)
+    p = [None if t is None else _cast(t, pdt) for t in (mean, var, w, b)]
+    return _cast(fnn.batch_norm(_cast(x, comp), *p, eps, axis=1), ctx.dtype)
 
 
 @_op("aten._native_batch_norm_legit_no_training")

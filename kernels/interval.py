@@ -18,6 +18,8 @@ rounding error and map overflow to infinity; these do it in one pass per bound.
   in one pass (interval addition with its rounding; no temporaries).
 * ``mul_bounds(alo, ahi, blo, bhi, rel, absl, top)``: the interval product (four corners)
   with its rounding in one pass.
+* ``affine_bounds(xlo, xhi, slo, shi, tlo, thi, r1, a1, r2, a2, top)``: ``mul_bounds``
+  then ``add_bounds``, one pass (a batch norm's per-channel scale and shift).
 * ``center_bounds(c, R, f, a, top)`` -> (lo, hi, n_bad): ``c ∓ (rad·(1+8ε) + |c|·8ε + 2^-1074)`` with
   ``rad = scale_up(R, f, a)`` computed on the fly (the GEMM radius needs no array of its own),
   overflow past ``top`` mapped to ∓inf; both bounds in one pass.
@@ -205,16 +207,41 @@ def up(x, rel, absl, top, out=None):
     return _result(res, shape)
 
 
+@numba.njit(inline="always", error_model="numpy")
+def _lower(y, r, a, top):
+    """``y`` widened down by ``|y|·r + a``; ``-inf`` below ``-top`` (NaN passes)."""
+    y = y - (min(abs(y), _MAX) * r + a)
+    return -math.inf if y < -top else y
+
+
+@numba.njit(inline="always", error_model="numpy")
+def _upper(y, r, a, top):
+    y = y + (min(abs(y), _MAX) * r + a)
+    return math.inf if y > top else y
+
+
+@numba.njit(inline="always", error_model="numpy")
+def _mul_range(al, ah, bl, bh):
+    """(min, max) of the four corner products; NaN operands give NaN, a ``0·inf`` corner
+    with no NaN operand gives (-inf, inf)."""
+    c1, c2, c3, c4 = al * bl, al * bh, ah * bl, ah * bh
+    lo = min(min(c1, c2), min(c3, c4))
+    hi = max(max(c1, c2), max(c3, c4))
+    bad = (c1 != c1) | (c2 != c2) | (c3 != c3) | (c4 != c4)
+    nan_in = (al != al) | (ah != ah) | (bl != bl) | (bh != bh)
+    # selects, not branches: the loops calling this vectorize
+    lo = (math.nan if nan_in else -math.inf) if bad else lo
+    hi = (math.nan if nan_in else math.inf) if bad else hi
+    return lo, hi
+
+
 @numba.njit(cache=True, error_model="numpy")
 def _add_loop(alo, ahi, blo, bhi, rel, absl, top, lo, hi):
     for i in range(lo.shape[0]):
         for j in range(lo.shape[1]):
-            y = np.float64(_at(alo, i, j)) + np.float64(_at(blo, i, j))
-            y = y - (min(abs(y), _MAX) * _at(rel, i, j) + _at(absl, i, j))
-            lo[i, j] = -math.inf if y < -top else y
-            y = np.float64(_at(ahi, i, j)) + np.float64(_at(bhi, i, j))
-            y = y + (min(abs(y), _MAX) * _at(rel, i, j) + _at(absl, i, j))
-            hi[i, j] = math.inf if y > top else y
+            r, a = _at(rel, i, j), _at(absl, i, j)
+            lo[i, j] = _lower(np.float64(_at(alo, i, j)) + np.float64(_at(blo, i, j)), r, a, top)
+            hi[i, j] = _upper(np.float64(_at(ahi, i, j)) + np.float64(_at(bhi, i, j)), r, a, top)
 
 
 def add_bounds(alo, ahi, blo, bhi, rel, absl, top):
@@ -230,23 +257,11 @@ def add_bounds(alo, ahi, blo, bhi, rel, absl, top):
 def _mul_loop(alo, ahi, blo, bhi, rel, absl, top, lo, hi):
     for i in range(lo.shape[0]):
         for j in range(lo.shape[1]):
-            al, ah = np.float64(_at(alo, i, j)), np.float64(_at(ahi, i, j))
-            bl, bh = np.float64(_at(blo, i, j)), np.float64(_at(bhi, i, j))
-            c1, c2, c3, c4 = al * bl, al * bh, ah * bl, ah * bh
-            l = min(min(c1, c2), min(c3, c4))
-            h = max(max(c1, c2), max(c3, c4))
-            if (c1 != c1) | (c2 != c2) | (c3 != c3) | (c4 != c4):
-                if (al != al) | (ah != ah) | (bl != bl) | (bh != bh):
-                    l = math.nan
-                    h = math.nan
-                else:            # 0 * inf: the set {a*b} is still well defined, unbounded
-                    l = -math.inf
-                    h = math.inf
+            l, h = _mul_range(np.float64(_at(alo, i, j)), np.float64(_at(ahi, i, j)),
+                              np.float64(_at(blo, i, j)), np.float64(_at(bhi, i, j)))
             r, a = _at(rel, i, j), _at(absl, i, j)
-            y = l - (min(abs(l), _MAX) * r + a)
-            lo[i, j] = -math.inf if y < -top else y
-            z = h + (min(abs(h), _MAX) * r + a)
-            hi[i, j] = math.inf if z > top else z
+            lo[i, j] = _lower(l, r, a, top)
+            hi[i, j] = _upper(h, r, a, top)
 
 
 def mul_bounds(alo, ahi, blo, bhi, rel, absl, top):
@@ -256,6 +271,29 @@ def mul_bounds(alo, ahi, blo, bhi, rel, absl, top):
     (alo, ahi, blo, bhi, rel, absl), (lo, hi), shape, (rlo, rhi) = _flat(
         (alo, ahi, blo, bhi, rel, absl), (np.float64, np.float64))
     _mul_loop(alo, ahi, blo, bhi, rel, absl, float(top), lo, hi)
+    return _result(rlo, shape), _result(rhi, shape)
+
+
+@numba.njit(cache=True, error_model="numpy")
+def _affine_loop(xlo, xhi, slo, shi, tlo, thi, r1, a1, r2, a2, top, lo, hi):
+    for i in range(lo.shape[0]):
+        for j in range(lo.shape[1]):
+            l, h = _mul_range(np.float64(_at(xlo, i, j)), np.float64(_at(xhi, i, j)),
+                              np.float64(_at(slo, i, j)), np.float64(_at(shi, i, j)))
+            ra, aa = _at(r1, i, j), _at(a1, i, j)
+            rb, ab = _at(r2, i, j), _at(a2, i, j)
+            lo[i, j] = _lower(_lower(l, ra, aa, top) + np.float64(_at(tlo, i, j)), rb, ab, top)
+            hi[i, j] = _upper(_upper(h, ra, aa, top) + np.float64(_at(thi, i, j)), rb, ab, top)
+
+
+def affine_bounds(xlo, xhi, slo, shi, tlo, thi, r1, a1, r2, a2, top):
+    """``mul_bounds`` of [xlo, xhi] by [slo, shi] (widened by r1/a1), then ``add_bounds`` of
+    [tlo, thi] (r2/a2), in one pass -- the same float64 operations in the same order, so the
+    same bounds bit for bit, without the intermediate arrays (a batch norm's x·alpha + beta,
+    alpha and beta per channel)."""
+    (xlo, xhi, slo, shi, tlo, thi, r1, a1, r2, a2), (lo, hi), shape, (rlo, rhi) = _flat(
+        (xlo, xhi, slo, shi, tlo, thi, r1, a1, r2, a2), (np.float64, np.float64))
+    _affine_loop(xlo, xhi, slo, shi, tlo, thi, r1, a1, r2, a2, float(top), lo, hi)
     return _result(rlo, shape), _result(rhi, shape)
 
 

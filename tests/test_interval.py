@@ -1711,6 +1711,58 @@ def test_point_conv_split_centre_is_sound_and_within_its_price():
     assert np.all(out.width <= ex.width * (1 + 4 * 9 / (16 * 9)) * (1 + 2.0 ** -7) ** 3)
 
 
+@pytest.mark.parametrize("dt", [np.float32, np.float16, ml_dtypes.bfloat16, np.float64],
+                         ids=["f32", "f16", "bf16", "f64"])
+def test_batch_norm_rule_is_its_decomposition_in_one_pass(dt):
+    """fpx.nn.batch_norm's rule (one fused pass) gives the mul and add rules' bounds bit for
+    bit -- with a zero scale, NaN and inf bounds among the inputs -- and those hold points of
+    the box evaluated exactly (float64 of the formula with mpmath-checked corners)."""
+    import sys
+    import mpmath
+    import fpx.nn as fnn
+    iv_mod = sys.modules["fpx.interval"]
+    rng = np.random.default_rng(40)
+    x = (rng.standard_normal((2, 5, 3, 4)) * 3).astype(dt)
+    m = rng.standard_normal(5).astype(dt)
+    v = (np.abs(rng.standard_normal(5)) + 0.2).astype(dt)
+    w = rng.standard_normal(5).astype(dt)
+    w[2] = 0                                        # a zero scale: 0·inf stays defined
+    b = rng.standard_normal(5).astype(dt)
+    xi = fpx.Interval.around(x, rel=1e-2)
+    lo, hi = xi.lo.copy(), xi.hi.copy()
+    lo[0, 2, 0, 0], hi[1, 2, 1, 1] = -np.inf, np.inf
+    lo[1, 3, 0, 0] = hi[1, 3, 0, 0] = np.nan
+    xi = fpx.Interval(lo, hi, x)
+
+    def f(h):
+        return fnn.batch_norm(h, m, v, w, b)
+    out = fpx.interval(f)(xi)
+    rule = iv_mod.IntervalInterpreter.rules.pop("batch_norm")
+    try:
+        ref = fpx.interval(f)(xi)                   # the decomposition: the mul and add rules
+    finally:
+        iv_mod.IntervalInterpreter.rules["batch_norm"] = rule
+    assert np.array_equal(out.value, ref.value) and np.array_equal(out.value, f(x))
+    assert np.array_equal(out.lo, ref.lo, equal_nan=True)
+    assert np.array_equal(out.hi, ref.hi, equal_nan=True)
+    assert np.isnan(out.lo[1, 3, 0, 0]) and np.isnan(out.hi[1, 3, 0, 0])
+    assert out.lo[0, 2, 0, 0] == -np.inf and out.hi[0, 2, 0, 0] == np.inf     # 0·[-inf, hi]
+    # the exact real program at points of the box: (p - m)·w / sqrt(v + eps) + b, mpmath,
+    # eps as the program's constant (rounded to the statistics' dtype)
+    mpmath.mp.prec = 200
+    eps = mpmath.mpf(float(np.asarray(1e-5, dt)))
+    ok = np.isfinite(xi.lo) & np.isfinite(xi.hi)
+    for t in (0.0, 0.5, 1.0):
+        p = xi.lo + t * (xi.hi - xi.lo)
+        for idx in np.ndindex(p.shape):
+            if not ok[idx]:
+                continue
+            c = idx[1]
+            e = (mpmath.mpf(float(p[idx])) - mpmath.mpf(float(m[c]))) * mpmath.mpf(float(w[c])) \
+                / mpmath.sqrt(mpmath.mpf(float(v[c])) + eps) + mpmath.mpf(float(b[c]))
+            assert out.lo[idx] <= e <= out.hi[idx]
+
+
 def test_softmax_rule_kernel_matches_its_array_form_and_is_sound():
     """The softmax rule's compiled row loop against the same bound in array operations, and
     against exact softmaxes of points in the box (mpmath)."""

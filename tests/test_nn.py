@@ -273,6 +273,51 @@ def test_layer_norm_bad_shape():
 
 
 @pytest.mark.parametrize("dt", ALL, ids=str)
+def test_batch_norm(dt):
+    """Inference batch norm against the float64 formula, on axis 1 and on the last axis."""
+    x, x64 = lowp(rnd((2, 4, 3, 5), 8, 2.0), dt)
+    m, m64 = lowp(rnd(4, 9), dt)
+    v, v64 = lowp(np.abs(rnd(4, 10)) + 0.5, dt)
+    w, w64 = lowp(rnd(4, 11), dt)
+    b, b64 = lowp(rnd(4, 12), dt)
+    sh = (1, 4, 1, 1)
+    ref = (x64 - m64.reshape(sh)) / np.sqrt(v64.reshape(sh) + 1e-5) * w64.reshape(sh) \
+        + b64.reshape(sh)
+    check(nn.batch_norm(x, m, v, w, b), ref, dt)
+    check(nn.batch_norm(x, m, v), (x64 - m64.reshape(sh)) / np.sqrt(v64.reshape(sh) + 1e-5), dt)
+    xt, xt64 = lowp(rnd((3, 4), 13), dt)
+    check(nn.batch_norm(xt, m, v, w, b, eps=1e-3, axis=-1),
+          (xt64 - m64) / np.sqrt(v64 + 1e-3) * w64 + b64, dt)
+
+
+def test_batch_norm_is_torchs_arithmetic_and_checks_shapes():
+    """torch's CPU inference kernel to round-off where torch is installed (both: alpha, beta
+    per channel, then x·alpha + beta -- torch may fuse the last two into an FMA); statistics
+    of the wrong length are refused; NaN stays."""
+    x = rnd((2, 3, 4, 4), 14).astype(F32)
+    m, v, w, b = (rnd(3, 15 + i).astype(F32) for i in range(4))
+    v = np.abs(v) + 0.1
+    y = nn.batch_norm(x, m, v, w, b)
+    try:
+        import torch
+    except ImportError:
+        torch = None
+    if torch is not None:
+        t = torch.nn.functional.batch_norm(*(torch.from_numpy(a) for a in (x, m, v, w, b)),
+                                           training=False, eps=1e-5).numpy()
+        alpha, beta = nn.batch_norm_coefficients(m, v, w, b, 1e-5, F32, 4, 1)
+        mag = np.abs(x * alpha.astype(F64)) + np.abs(beta.astype(F64))
+        assert np.all(np.abs(y.astype(F64) - t) <= 4 * 2.0 ** -24 * mag)
+    with pytest.raises(ValueError, match="mean must have shape"):
+        nn.batch_norm(x, m[:2], v)
+    with pytest.raises(ValueError, match="weight must have shape"):
+        nn.batch_norm(x, m, v, w[:2])
+    xn = x.copy()
+    xn[0, 1, 2, 3] = np.nan
+    assert np.isnan(nn.batch_norm(xn, m, v, w, b)[0, 1, 2, 3])
+
+
+@pytest.mark.parametrize("dt", ALL, ids=str)
 def test_rms_norm(dt):
     x, x64 = lowp(rnd((3, 8), 6, 2.0), dt)
     w, w64 = lowp(rnd(8, 7), dt)
