@@ -1485,7 +1485,7 @@ def _point_centre(self, prim, x, w, b, params, K):
 
     * A conv on oneDNN, by default: the sum in float64 of ``_CENTRE_BLOCKS`` float32
       convolutions over blocks of the input channels (``conv_split_f32``), rel =
-      γ_{K_j}(u32) + γ_{B+1}(u64)·(1 + γ_{K_j}(u32)) with K_j <= K/B + taps: ~2.3 float32
+      γ_{K_j}(u32) + γ_{B+1}(u64)·(1 + γ_{K_j}(u32)) with K_j <= K/B + taps: 1.2-2.3 float32
       convolutions' time against ~7 for torch's float64 one (im2col + MKL's DGEMM), for a
       point bound ~1.25x wider than with the exact centre.
     * Otherwise (and for every op with ``matmul="exact-center"``): the op in float64 -- exact

@@ -21,9 +21,9 @@ Used only where it is the same arithmetic:
 torch's float64 convolution wherever ``conv_f32`` applies, to stay on one thread pool.
 ``conv_upper_bf16`` (the rule's radius, an upper bound of a convolution of nonnegative
 operands) runs one oneDNN bfloat16 convolution of the operands rounded up to bfloat16 where
-the CPU has bfloat16 instructions: ~3x faster than the float32 one here (AVX512-BF16).
+the CPU has bfloat16 instructions: 2-3x faster than the float32 one here (AVX512-BF16).
 ``conv_split_f32`` (the rule's default centre of a point convolution) sums oneDNN float32
-convolutions over blocks of input channels in float64: 2-2.5 float32 convolutions' time
+convolutions over blocks of input channels in float64: 1.2-2.3 float32 convolutions' time
 against ~7 for torch's float64 one, within ``γ_{K/blocks}(u32)·Σ|x·w|`` of the exact sum.
 torch is imported on the first call that could use it (not at ``import fpx``).
 """
@@ -182,9 +182,12 @@ def _bf16_up(torch, t):
 
 
 def _bf16_fast(torch) -> bool:
-    """oneDNN runs bfloat16 on this CPU (natively, or emulated with float32 accumulation)."""
+    """oneDNN runs bfloat16 natively on this CPU (AVX512-BF16 or AMX); emulated bfloat16
+    would be sound too (float32 accumulation) but no faster than float32."""
     try:
-        return bool(torch.ops.mkldnn._is_mkldnn_bf16_supported())
+        cpu = torch.cpu
+        native = cpu._is_avx512_bf16_supported() or cpu._is_amx_tile_supported()
+        return bool(native and torch.ops.mkldnn._is_mkldnn_bf16_supported())
     except Exception:
         return False
 
@@ -196,10 +199,10 @@ def conv_upper_bf16(x, w, b, stride, padding, dilation, groups):
     bfloat16 values is exact in float32, oneDNN accumulates in float32 (every partial sum of
     nonnegative terms loses at most 2^-23 relative, counted as a full ulp in case of other
     than round-to-nearest, or 2^-126 where flushed to zero) and rounds the sum to bfloat16
-    (at most 2^-7 relative, or 2^-126 where flushed): with K + 1 terms,
-    exact <= (R + (2K + 3)·2^-126) / ((1 - 2^-7)(1 - γ_{K+1}(2^-23))). The bound is ~1.6%
+    (at most 2^-7 relative, or 2^-126 where flushed): with k terms per sum (the products,
+    and the bias), exact <= (R + (2k + 3)·2^-126) / ((1 - 2^-7)(1 - γ_{k+1}(2^-23))). The bound is ~1.6%
     above the float32 one (the operands' rounding up). None where ``conv_f32`` does not apply
-    or oneDNN has no bfloat16 here."""
+    or the CPU has no bfloat16 instructions (``_bf16_fast``)."""
     torch = _engine(x, w, b)
     if torch is None or not _bf16_fast(torch):
         return None
@@ -209,8 +212,8 @@ def conv_upper_bf16(x, w, b, stride, padding, dilation, groups):
     with torch.no_grad():
         y = torch.mkldnn_convolution(xb, wb, bb, pad, list(stride), list(dilation), int(groups))
     R = y.float().numpy()
-    k = int(np.prod(w.shape[1:])) + (b is not None)
-    g = k * 2.0 ** -23
+    k = int(np.prod(w.shape[1:])) + (b is not None)      # the terms of each sum
+    g = (k + 1) * 2.0 ** -23                               # γ_{K+1}(2^-23) below
     if not g < 0.5:
         return None
     f = 1.0 / ((1.0 - 2.0 ** -7) * (1.0 - g / (1.0 - g))) * (1.0 + 2.0 ** -50)
