@@ -684,8 +684,8 @@ SPLIT_CASES = {
 
 def test_bf16_up_is_the_smallest_bfloat16_not_below():
     """The radius's operands rounded up to bfloat16, bit for bit: fpx.formats.round(x,
-    bfloat16, "ru") -- the project's general directed rounding, far too slow for the hot path -- for every x >= 2^-126
-    (past bfloat16's max: inf), nonzero subnormals up to 2^-126 (oneDNN flushes bfloat16
+    bfloat16, "ru") -- the project's general directed rounding, too slow for the hot path --
+    for every x >= 2^-126 (past bfloat16's max: inf), nonzero subnormals up to 2^-126 (oneDNN flushes bfloat16
     subnormal inputs), 0 -> 0, NaN -> NaN."""
     _engine_or_skip()
     import torch
