@@ -29,10 +29,11 @@ torch is imported on the first call that could use it (not at ``import fpx``).
 """
 from __future__ import annotations
 
-import math
 
 import numba
 import numpy as np
+
+from fpx.kernels import bf16 as _bf16
 
 _TORCH = None          # the torch module once imported; False when unavailable
 
@@ -153,68 +154,21 @@ def conv_split_f32(x, w, b, stride, padding, dilation, groups, blocks):
     return acc, max(hi - lo for lo, hi in zip(edges[:-1], edges[1:])) * k_taps
 
 
-@numba.njit(cache=True)
-def _bf16_up_loop(bits, out):
-    for i in range(bits.size):
-        u = bits[i] & np.uint32(0x7FFFFFFF)       # operands are >= 0 (a -0.0 is 0)
-        if u > np.uint32(0x7F800000):
-            out[i] = np.uint16(0x7FC0)            # NaN stays NaN
-        elif u == 0:
-            out[i] = np.uint16(0)
-        elif u < np.uint32(0x00800000):
-            out[i] = np.uint16(0x0080)            # below 2^-126: 2^-126 (no subnormal inputs)
-        else:
-            hi = u >> np.uint32(16)
-            if u & np.uint32(0xFFFF):
-                hi += np.uint32(1)                # the next bfloat16 up (max -> inf)
-            out[i] = np.uint16(hi)
-
-
-def _bf16_up(torch, t):
-    """A bfloat16 tensor >= t elementwise (t: a nonnegative float32 tensor): the upper 16 bits
-    of each float32, incremented where the lower ones are not all zero (directed rounding
-    upward, exactly); nonzero values below 2^-126 become 2^-126, since oneDNN's bfloat16
-    instructions treat subnormal inputs as 0."""
-    bits = t.contiguous().numpy().view(np.uint32).reshape(-1)
-    out = np.empty(bits.size, np.uint16)
-    _bf16_up_loop(bits, out)
-    return torch.from_numpy(out.view(np.int16)).view(torch.bfloat16).reshape(t.shape)
-
-
-def _bf16_fast(torch) -> bool:
-    """oneDNN runs bfloat16 natively on this CPU (AVX512-BF16 or AMX); emulated bfloat16
-    would be sound too (float32 accumulation) but no faster than float32."""
-    try:
-        cpu = torch.cpu
-        native = cpu._is_avx512_bf16_supported() or cpu._is_amx_tile_supported()
-        return bool(native and torch.ops.mkldnn._is_mkldnn_bf16_supported())
-    except Exception:
-        return False
-
-
 def conv_upper_bf16(x, w, b, stride, padding, dilation, groups):
     """(R, f, a) with conv(x, w) (+ b) <= R·f + a elementwise in exact arithmetic, for
     nonnegative float32 x, w (and b, one more term of each sum), from one oneDNN bfloat16
-    convolution of x, w, b rounded up to bfloat16 (``_bf16_up``): each product of two
-    bfloat16 values is exact in float32, oneDNN accumulates in float32 (every partial sum of
-    nonnegative terms loses at most 2^-23 relative, counted as a full ulp in case of other
-    than round-to-nearest, or 2^-126 where flushed to zero) and rounds the sum to bfloat16
-    (at most 2^-7 relative, or 2^-126 where flushed): with k terms per sum (the products,
-    and the bias), exact <= (R + (2k + 3)·2^-126) / ((1 - 2^-7)(1 - γ_{k+1}(2^-23))). The bound is ~1.6%
-    above the float32 one (the operands' rounding up). None where ``conv_f32`` does not apply
-    or the CPU has no bfloat16 instructions (``_bf16_fast``)."""
+    convolution of x, w, b rounded up to bfloat16 (the bound of ``fpx.kernels.bf16``, with
+    k = the products and the bias per sum). None where ``conv_f32`` does not apply or the CPU
+    has no bfloat16 instructions."""
     torch = _engine(x, w, b)
-    if torch is None or not _bf16_fast(torch):
+    if torch is None or not _bf16.native(torch):
+        return None
+    fa = _bf16.factors(int(np.prod(w.shape[1:])) + (b is not None))
+    if fa is None:
         return None
     (tx, tw, tb), pad = _tensors(torch, x, w, b, padding)
-    xb, wb = _bf16_up(torch, tx), _bf16_up(torch, tw)
-    bb = None if tb is None else _bf16_up(torch, tb)
+    xb, wb = _bf16.round_up(torch, tx), _bf16.round_up(torch, tw)
+    bb = None if tb is None else _bf16.round_up(torch, tb)
     with torch.no_grad():
         y = torch.mkldnn_convolution(xb, wb, bb, pad, list(stride), list(dilation), int(groups))
-    R = y.float().numpy()
-    k = int(np.prod(w.shape[1:])) + (b is not None)      # the terms of each sum
-    g = (k + 1) * 2.0 ** -23                               # γ_{K+1}(2^-23) below
-    if not g < 0.5:
-        return None
-    f = 1.0 / ((1.0 - 2.0 ** -7) * (1.0 - g / (1.0 - g))) * (1.0 + 2.0 ** -50)
-    return R, f, math.ldexp(2 * k + 3, -126) * f
+    return (y.float().numpy(),) + fa
