@@ -66,13 +66,15 @@ class Interval:
     def __init__(self, lo, hi, value=None, unstable=None):
         self.lo = np.asarray(lo, dtype=np.float64) if not _is_cupy(lo) else lo
         self.hi = np.asarray(hi, dtype=np.float64) if not _is_cupy(hi) else hi
-        if value is None:
-            value = (self.lo + self.hi) / 2
-        self.value = value
         if self.lo.shape != self.hi.shape:
             raise ValueError(f"Interval: lo {self.lo.shape} and hi {self.hi.shape} differ")
         if np.any(self.lo > self.hi):
             raise ValueError("Interval: lo > hi somewhere")
+        if value is None:
+            value = (self.lo + self.hi) / 2
+        else:
+            _check_value_inside(value, self.lo, self.hi)
+        self.value = value
         self.unstable = unstable
 
     @classmethod
@@ -127,6 +129,22 @@ class Interval:
             els = ", ".join(f"[{a:.9g}, {b:.9g}]" for a, b in zip(lo.ravel(), hi.ravel()))
             return f"{head}\n  {els}"
         return head
+
+
+def _check_value_inside(value, lo, hi):
+    """An input interval's value (what the program runs on) must be one of the reals it
+    describes: the rules bound both, and a point interval's fast paths centre on the value."""
+    v = as_array(value)
+    v = v.astype(np.float64) if _is_cupy(v) else np.asarray(concrete(v), dtype=np.float64)
+    if np.shape(v) != np.shape(lo):
+        raise ValueError(f"Interval: value {np.shape(v)} and lo/hi {np.shape(lo)} differ in shape")
+    with np.errstate(invalid="ignore"):
+        n = int((v < lo).sum() + (v > hi).sum())
+    if n:
+        raise ValueError(
+            f"Interval: the value lies outside [lo, hi] at {n} element(s); the value is what the "
+            "program runs on, so it must be inside the interval (to describe a real input x "
+            "stored as v, use Interval(np.minimum(x, v), np.maximum(x, v), v))")
 
 
 def _is_point(lo, hi):

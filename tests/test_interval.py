@@ -1314,6 +1314,28 @@ def test_mismatched_shapes_raise_numpys_error():
         fpx.interval(lambda a, b: fnp.where(fnp.greater(a, 0), a, b))(a, b)
 
 
+def test_an_input_interval_must_contain_its_value():
+    """The value is what the program runs on: outside [lo, hi] it contradicts the interval
+    (a point interval's fast paths centre on the value, the others on [lo, hi]: an answer
+    would depend on the path), so it is an error naming the elements; a real input x stored
+    as v is the hull of both, which bounds both the exact result at x and the run on v."""
+    rng = np.random.default_rng(40)
+    x = rng.standard_normal((4, 64))
+    v = (x * (1 + 1e-4)).astype(np.float32)
+    with pytest.raises(ValueError, match="outside"):
+        fpx.Interval(x, x, v)
+    with pytest.raises(ValueError, match="shape"):
+        fpx.Interval(x, x, v[:2])
+    nan = v.astype(np.float64)
+    nan[0, 0] = np.nan
+    fpx.Interval(nan, nan, v)                # NaN compares false: no claim, no error
+    w = rng.standard_normal((64, 8)).astype(np.float32)
+    iv = fpx.interval(lambda a: a @ w)(fpx.Interval(np.minimum(x, v), np.maximum(x, v), v))
+    assert iv.contains(x @ w.astype(np.float64)).all()
+    assert iv.contains(v.astype(np.float64) @ w.astype(np.float64)).all()
+    assert iv.contains(v @ w).all()
+
+
 # =============================================================================================
 # 4. Regressions: soundness bugs the property tests found in fpx.interval
 # =============================================================================================
