@@ -301,16 +301,41 @@ class IntervalInterpreter(Interpreter):
         v = _as_f64(c)
         return v, v, None, True
 
+    def _integer_bounds(self, prim_name, dt, lo, hi):
+        """Bounds of an integer result: integer arithmetic is exact, so the float64 enclosure
+        tightens to the integers inside it (no widening is left); where the exact result may
+        leave the dtype's range, NumPy wraps around, and the bounds are that whole range (an
+        "overflow" event)."""
+        if dt.kind not in "iu":
+            return lo, hi
+        with np.errstate(invalid="ignore"):
+            lo, hi = np.ceil(lo), np.floor(hi)
+            info = np.iinfo(dt)
+            top = math.ldexp(1.0, info.bits - (dt.kind == "i"))    # max + 1, exact in float64
+            over = (hi >= top) | (lo < float(info.min))
+        if np.any(over):
+            self.note("overflow", f"{prim_name}: the exact {dt} result may leave the dtype's "
+                      "range (NumPy wraps around): bounds are the whole range",
+                      int(np.count_nonzero(over)))
+            lo = np.where(over, float(info.min), lo)
+            hi = np.where(over, float(info.max), hi)
+        return lo, hi
+
     def new(self, value, lo, hi, unstable=None, point=False):
+        shape = np.shape(concrete(value))
+        if np.shape(lo) != shape or np.shape(hi) != shape:   # e.g. remainder's [0, b) range
+            lo, hi = np.broadcast_to(lo, shape), np.broadcast_to(hi, shape)
         return IntervalTracer(self, value, lo, hi, unstable, point)
 
     # -- rounding of a result ------------------------------------------------------------------
     def round_result(self, prim_name, value, lo, hi, *inputs, steps=0):
         """Add the rounding error of ``prim_name`` with its result in ``value``'s format to the
         fresh bounds lo/hi (computed with ``steps`` float64 steps not yet widened)."""
-        F = _fmt_of(np.asarray(concrete(value)).dtype)
+        dt = np.asarray(concrete(value)).dtype
+        F = _fmt_of(dt)
         if F is None:  # integer / bool result: exact
-            return _widen(lo, hi, steps) if steps else (lo, hi)
+            lo, hi = _widen(lo, hi, steps) if steps else (lo, hi)
+            return self._integer_bounds(prim_name, dt, lo, hi)
         acc = self.accuracy(prim_name, F)
         return _round_bounds(lo, hi, F, acc, inputs, steps=steps, consume=True)
 
@@ -485,7 +510,7 @@ def _mul(self, prim, a, b):
         lo, hi = _mul_bounds(alo, ahi, blo, bhi)
     with np.errstate(invalid="ignore", over="ignore"):
         lo, hi = self.round_result("mul", v, lo, hi, (alo, ahi), (blo, bhi))
-    if a is b and self._own(a):
+    if a is b and self._own(a) and _fmt_of(np.asarray(concrete(v)).dtype) is not None:
         lo = np.where(lo < 0, 0.0, lo)        # a rounded square is never negative
     return self.new(v, lo, hi, un)
 
@@ -551,11 +576,21 @@ def _fma(self, prim, a, b, c):
     return self.new(v, lo, hi, _or_unstable(au, bu, cu))
 
 
+def _exact_int(self, prim, v, lo, hi, u, pt):
+    """The tracer of an exact op's bounds; an integer result goes through the dtype's range
+    check (``-INT_MIN`` and ``abs(INT_MIN)`` wrap around in NumPy)."""
+    dt = np.asarray(concrete(v)).dtype
+    if dt.kind in "iu":
+        lo, hi = self._integer_bounds(prim.name, dt, lo, hi)
+        pt = pt and bool(np.array_equal(lo, hi))
+    return self.new(v, lo, hi, u, pt)
+
+
 @_rule("neg")
 def _neg(self, prim, a):
     v = self.value_of(prim, (a,), {})
     lo, hi, u, pt = self.bounds(a)
-    return self.new(v, -hi, -lo, u, pt)
+    return _exact_int(self, prim, v, -hi, -lo, u, pt)
 
 
 @_rule("abs")
@@ -565,7 +600,7 @@ def _abs(self, prim, a):
     nlo = np.where(lo >= 0, lo, np.where(hi <= 0, -hi, 0.0))
     nhi = np.maximum(np.abs(lo), np.abs(hi))
     nlo = np.where(np.isnan(lo) | np.isnan(hi), np.nan, nlo)
-    return self.new(v, nlo, nhi, u, pt)
+    return _exact_int(self, prim, v, nlo, nhi, u, pt)
 
 
 @_rule("max", "min")
@@ -908,8 +943,11 @@ def _cast(self, prim, a, *, to):
         return self.new(v, nlo, nhi, _or_unstable(u, unst if np.any(unst) else None), pt)
     with np.errstate(all="ignore"):
         tlo, thi = np.trunc(lo), np.trunc(hi)   # float -> int truncates toward zero
-    jump = (tlo != thi) | np.isnan(tlo) | np.isnan(thi)
-    return self.new(v, tlo, thi, _or_unstable(u, jump if np.any(jump) else None), pt)
+        jump = (tlo != thi) | np.isnan(tlo) | np.isnan(thi)
+        # out of the target's range NumPy's conversion is undefined (wraps, or INT_MIN)
+        tlo, thi = self._integer_bounds("cast", dt, tlo, thi)
+    return self.new(v, tlo, thi, _or_unstable(u, jump if np.any(jump) else None),
+                    pt and not np.any(jump) and bool(np.array_equal(tlo, thi)))
 
 
 # =============================================================================================
@@ -1244,6 +1282,8 @@ def _f64_operand(p, slot):
 @_rule("matmul")
 def _matmul(self, prim, a, b):
     v = self.value_of(prim, (a, b), {})
+    if np.asarray(concrete(v)).dtype.kind in "biu":
+        return _exact_matmul(self, v, a, b)
     # constants (weights) are points: their float64 bounds are only built where needed
     alo, ahi, au, ap = (a.lo, a.hi, a.unstable, a.point) if self._own(a) else (None, None, None, True)
     blo, bhi, bu, bp = (b.lo, b.hi, b.unstable, b.point) if self._own(b) else (None, None, None, True)
@@ -1618,6 +1658,35 @@ def _narrow(ra, Ah, rb, Bh, c):
     rho = float(np.sum(ra)) / max(float(np.sum(Ah)), 1e-300) + \
         float(np.sum(rb)) / max(float(np.sum(Bh)), 1e-300)
     return rho < 4 * c
+
+
+def _exact_matmul(self, v, a, b):
+    """An integer or bool matmul is exact arithmetic (no rounding to bound): the exact
+    product's range over the operand intervals, midpoint-radius in float64 --
+    ``|A·B − Ma·Mb| <= |Ma|·Rb + Ra·(|Mb| + Rb)`` plus the float64 GEMMs' own error
+    ``γ_{K+2}(u64)·(|Ma| + Ra)·(|Mb| + Rb)`` (operands may pass 2^53) -- then tightened to the
+    integers, with the dtype's whole range where NumPy's wrap-around may have happened. A bool
+    matmul (NumPy: any of the ands) is true where that sum is certainly >= 1, possibly where
+    it may be (unstable between)."""
+    (alo, ahi, au, _), (blo, bhi, bu, _) = self.bounds(a), self.bounds(b)
+    K = np.shape(alo)[-1] if np.ndim(alo) else 1
+    with np.errstate(all="ignore"):
+        ma, mb = (alo + ahi) / 2, (blo + bhi) / 2
+        ra = _up(np.maximum(ma - alo, ahi - ma), 1)
+        rb = _up(np.maximum(mb - blo, bhi - mb), 1)
+        abs_ma, abs_mb = np.abs(ma), np.abs(mb)
+        rad = _up(_gemm_upper(abs_ma, rb, K, False) + _gemm_upper(ra, _up(abs_mb + rb), K, False)
+                  + _gemm_upper(_up(abs_ma + ra), _up(abs_mb + rb), K, False,
+                                _gamma(K + 2, 2.0 ** -53)), 2)
+        center = _gemm(ma, mb)
+        lo, hi = _widen(center - rad, center + rad, 1)
+    dt = np.asarray(concrete(v)).dtype
+    un = _matmul_unstable(au, bu, np.shape(lo))
+    if dt.kind == "b":       # the sum is an integer: >= 1 once its bounds are tightened
+        lo, hi, undecided = _bool_interval(np.ceil(lo) >= 1, np.floor(hi) >= 1)
+        return self.new(v, lo, hi, _or_unstable(un, undecided if np.any(undecided) else None))
+    lo, hi = self._integer_bounds("matmul", dt, lo, hi)
+    return self.new(v, lo, hi, un)
 
 
 def _matmul_unstable(au, bu, shape):

@@ -1314,6 +1314,74 @@ def test_mismatched_shapes_raise_numpys_error():
         fpx.interval(lambda a, b: fnp.where(fnp.greater(a, 0), a, b))(a, b)
 
 
+I8, U8, I64 = np.int8, np.uint8, np.int64
+INTEGER_CASES = {
+    # name: (f, input, overflows) -- NumPy's integer arithmetic wraps around
+    "neg INT_MIN": (lambda a: -a, np.array([-128, 5], I8), [True, False]),
+    "abs INT_MIN": (lambda a: fnp.abs(a), np.array([-128, -5], I8), [True, False]),
+    "square": (lambda a: a * a, np.array([20, 3], I8), [True, False]),
+    "add": (lambda a: a + a, np.array([100, 3], I8), [True, False]),
+    "unsigned sub": (lambda a: a - U8(5), np.array([100, 3], U8), [False, True]),
+    "pow": (lambda a: a ** 3, np.array([10, 2], I8), [True, False]),
+    "cast out of range": (lambda a: a.astype(I8), np.array([300.0, 5.5], np.float32), [True, False]),
+    "cast negative to unsigned": (lambda a: a.astype(U8), np.array([-3.0, 5.5], np.float32),
+                                  [True, False]),
+    "int64 mul": (lambda a: a * I64(4), np.array([2 ** 62, 3], I64), [True, False]),
+    "sum promotes": (lambda a: fnp.sum(a, axis=0), np.array([[100, 1], [100, 2]], I8),
+                     [False, False]),
+    "matmul": (lambda a: a @ a.T, np.array([[100, 100], [1, 2]], I8),
+               [True, True, True, False]),
+    "dot": (lambda a: fnp.dot(a, a), np.array([100, 100], np.int32), [False]),
+    "einsum": (lambda a: fnp.einsum("ij,kj->ik", a, a), np.array([[3, -4], [5, 6]], np.int16),
+               [False] * 4),
+}
+
+
+@pytest.mark.parametrize("case", list(INTEGER_CASES))
+def test_integer_results_are_exact_and_wrap_around_gives_the_dtypes_range(case):
+    """Integer arithmetic is exact: the bounds are the integer result itself (no widening),
+    and where NumPy wraps around (or converts out of range) the dtype's whole range, with an
+    "overflow" event -- never a bound that misses the program's own value."""
+    f, x, overflows = INTEGER_CASES[case]
+    import sys
+    interp, (iv,) = sys.modules["fpx.interval"].run_interval(lambda a: (f(a),), (x,), {})
+    value = np.asarray(iv.value).ravel()
+    lo, hi = np.asarray(iv.lo).ravel(), np.asarray(iv.hi).ravel()
+    info = np.iinfo(value.dtype)
+    for v, l, h, over in zip(value, lo, hi, overflows):
+        assert int(l) <= int(v) <= int(h)
+        if over:
+            assert (l, h) == (float(info.min), float(info.max))
+        else:
+            assert l == h == float(v)
+    assert any(e.kind == "overflow" for e in interp.events) == any(overflows)
+
+
+def test_integer_matmul_past_2_53_contains_the_exact_result():
+    """int64 products past float64's 2^53: the bound holds the exact integer (Python ints),
+    as narrow as float64 can say; a bool matmul is NumPy's any-of-ands, undecided where an
+    operand interval is."""
+    rng = np.random.default_rng(41)
+    a = rng.integers(-2 ** 28, 2 ** 28, (3, 8), dtype=I64)
+    b = rng.integers(-2 ** 28, 2 ** 28, (8, 2), dtype=I64)
+    iv = fpx.interval(lambda a, b: a @ b)(a, b)
+    exact = [[sum(int(a[i, k]) * int(b[k, j]) for k in range(8)) for j in range(2)]
+             for i in range(3)]
+    for i in range(3):
+        for j in range(2):
+            assert int(iv.lo[i, j]) <= exact[i][j] <= int(iv.hi[i, j])
+            assert iv.value[i, j] == exact[i][j]
+            assert iv.hi[i, j] - iv.lo[i, j] <= 2.0 ** -40 * abs(exact[i][j]) + 2
+    p = np.array([[True, False], [False, False]])
+    q = np.array([[True, False], [True, True]])
+    iv = fpx.interval(lambda a, b: a @ b)(p, q)
+    assert np.array_equal(iv.lo, p @ q) and np.array_equal(iv.hi, p @ q)
+    pi = fpx.Interval(np.array([[0.0, 0], [0, 0]]), np.array([[1.0, 0], [0, 0]]), p)
+    iv = fpx.interval(lambda a, b: a @ b)(pi, q)
+    assert (iv.lo[0, 0], iv.hi[0, 0]) == (0, 1) and iv.unstable[0, 0]
+    assert not iv.unstable[1].any() and np.all(iv.hi[1] == 0)
+
+
 def test_an_input_interval_must_contain_its_value():
     """The value is what the program runs on: outside [lo, hi] it contradicts the interval
     (a point interval's fast paths centre on the value, the others on [lo, hi]: an answer
