@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from fpx import tree
+from fpx import formats, tree
 from fpx.core import concrete
 from fpx.interval import Event, Interval, run_interval
 from fpx.transform import adapt, as_array
@@ -41,7 +41,9 @@ class Verdict:
     the largest distance outside, absolute and relative to the bound's half-width;
     ``tightness``: median over elements of (bound half-width / observed |target - reference|)
     where they differ (1 = the bound is as tight as the observed error; large = loose);
-    ``events``: what the bound could not decide; ``rigorous``: False for the probabilistic bound.
+    ``events``: what the bound could not decide; ``rigorous``: False for the probabilistic bound;
+    ``reasons``: why the verdict is what it is; ``hints``: what might change it (a reference
+    array narrower than the target's output, taken as exact).
     """
     kind: str
     target: object
@@ -57,6 +59,7 @@ class Verdict:
     events: list = field(default_factory=list)
     rigorous: bool = True
     reasons: list = field(default_factory=list)
+    hints: list = field(default_factory=list)
 
     def __bool__(self):
         raise TypeError("a Verdict is not a bool: test verdict.kind == 'roundoff'")
@@ -83,6 +86,8 @@ class Verdict:
             lines.append(f"  note: {e.kind}: {e.what} (x{e.count})")
         for r in self.reasons:
             lines.append(f"  because: {r}")
+        for h in self.hints:
+            lines.append(f"  hint: {h}")
         return "\n".join(lines)
 
     __str__ = report
@@ -148,6 +153,30 @@ def classify(target, reference, *args, policy=None, bound: str = "rigorous",
     return v
 
 
+def _note_narrow_reference(v, i, t_value, r, r_out):
+    """An array reference stored in a narrower format than the target's output is taken as
+    exact, but its own rounding to that format alone may put it outside the target's bound:
+    say so (a function reference gets bounds of its own)."""
+    if isinstance(r_out, Interval) or any(isinstance(x, Interval) for x in tree.flatten(r_out)[0]):
+        return
+    if not (r.lo is r.hi or np.array_equal(r.lo, r.hi)):
+        return
+    try:
+        ft, fr = formats.get(np.dtype(_dtype(t_value))), formats.get(np.dtype(_dtype(r.value)))
+    except (TypeError, ValueError, KeyError):
+        return
+    if fr.p < ft.p:
+        v.hints.append(
+            f"output {i}: the reference array is {fr.name}, narrower than the target's "
+            f"{ft.name}; it is taken as exact, though its own rounding to {fr.name} (half an "
+            f"ulp, 2^-{fr.p} relative) may exceed the target's bound -- pass the reference as "
+            "a function to bound its round-off too")
+
+
+def _dtype(x):
+    return getattr(concrete(as_array(x)), "dtype", np.asarray(x).dtype)
+
+
 def _compare(t_out, r_out, events, bound) -> Verdict:
     """The verdict of target bounds ``t_out`` against reference values/bounds ``r_out``."""
     t_leaves, t_td = tree.flatten(t_out)
@@ -164,6 +193,7 @@ def _compare(t_out, r_out, events, bound) -> Verdict:
             raise ValueError(f"fpx.classify: output {i} shapes differ: target {t.shape}, "
                              f"reference {r.shape}")
         tv, rv = as_array(t.value), as_array(r.value)
+        _note_narrow_reference(v, i, t.value, r, r_out)
         tv = np.asarray(tv, np.float64) if not hasattr(tv, "get") else tv.get().astype(np.float64)
         rv = np.asarray(rv, np.float64) if not hasattr(rv, "get") else rv.get().astype(np.float64)
         tlo, thi, rlo, rhi = (np.asarray(a) for a in (t.lo, t.hi, r.lo, r.hi))

@@ -228,6 +228,9 @@ class IntervalInterpreter(Interpreter):
             raise ValueError(f"fpx.interval: branches must be 'hull' or 'concrete', not {branches!r}")
         if bound not in ("rigorous", "probabilistic"):
             raise ValueError(f"fpx.interval: bound must be 'rigorous' or 'probabilistic', not {bound!r}")
+        if not (isinstance(confidence, (int, float)) and 0.0 < confidence < 1.0):
+            raise ValueError(f"fpx.interval: confidence must be a probability strictly between 0 "
+                             f"and 1, not {confidence!r}")
         if matmul not in ("midrad", "fast", "exact-center", "render"):
             raise ValueError("fpx.interval: matmul must be 'midrad', 'fast', 'exact-center' or "
                              "'render'")

@@ -219,6 +219,28 @@ def test_low_precision_reference_needs_its_own_bound():
     assert fpx.classify(ck.matmul, ref16, x, w).kind == "roundoff"
 
 
+
+def test_a_reference_array_narrower_than_the_target_comes_with_a_hint():
+    """An array reference is taken as exact; stored in a narrower format than the target's
+    output, its own rounding may be what puts it outside: the report says so (and not when it
+    is as wide, or a function with bounds of its own)."""
+    r = np.random.default_rng(13)
+    x = r.standard_normal((16, 32)).astype(np.float32)
+    w = r.standard_normal((32, 8)).astype(np.float32)
+    exact = x.astype(np.float64) @ w.astype(np.float64)
+    v = fpx.classify(ck.matmul, exact.astype(np.float16), x, w)
+    assert v.kind == "bug" and len(v.hints) == 1
+    assert "float16, narrower than the target's float32" in v.report()
+    for ref in (exact, exact.astype(np.float32), lambda x, w: fnp.matmul(x, w)):
+        assert fpx.classify(ck.matmul, ref, x, w).hints == []
+
+
+@pytest.mark.parametrize("confidence", [0.0, 1.0, 1.5, -0.1, float("nan"), "high"])
+def test_probabilistic_confidence_must_be_a_probability(confidence):
+    x = np.ones(4, np.float32)
+    with pytest.raises(ValueError, match="confidence"):
+        fpx.classify(lambda a: a * 3, x * 3, x, bound="probabilistic", confidence=confidence)
+
 # =============================================================================================
 # The probabilistic bound
 # =============================================================================================
