@@ -1154,14 +1154,18 @@ class _FnModule(torch.nn.Module):
 
 def _graph_fn(ep, xp=np):
     """The fpx function ``fn(params, *args, **kwargs)`` of an exported program."""
-    from torch.export.graph_signature import InputKind, OutputKind
+    from torch.export.graph_signature import ConstantArgument, InputKind, OutputKind
     sig = ep.graph_signature
     graph = ep.graph
     nodes = list(graph.nodes)
     placeholders = [n for n in nodes if n.op == "placeholder"]
     inputs = []          # (node, kind, name)
     for n, spec in zip(placeholders, sig.input_specs):
-        if spec.kind == InputKind.USER_INPUT:
+        if spec.kind == InputKind.USER_INPUT and isinstance(spec.arg, ConstantArgument):
+            # a Python scalar (or None) argument: export specializes the program on its
+            # value, which keys the program cache (``_signature``)
+            inputs.append((n, "const", spec.arg.value))
+        elif spec.kind == InputKind.USER_INPUT:
             inputs.append((n, "user", None))
         elif spec.kind in (InputKind.PARAMETER, InputKind.BUFFER, InputKind.CONSTANT_TENSOR):
             inputs.append((n, "state", spec.target))
@@ -1221,7 +1225,7 @@ def _graph_fn(ep, xp=np):
                             f"input(s), got {len(user_vals)}")
         env, it = {}, iter(user_vals)
         for n, kind, name in inputs:
-            env[n] = next(it) if kind == "user" else params[name]
+            env[n] = next(it) if kind == "user" else name if kind == "const" else params[name]
         for i, (n, h, ctx) in enumerate(calls):
             a = sub(n.args, env)
             k = sub(n.kwargs, env)

@@ -347,6 +347,43 @@ def test_unmapped_op_raises_naming_it():
         fpx.trace(UsesLgamma())(torch.ones(3))
 
 
+class ScalarArgs(nn.Module):
+    """Python scalars, a flag and None among the inputs (torch.export specializes on them)."""
+
+    def __init__(self):
+        super().__init__()
+        torch.manual_seed(6)
+        self.lin = nn.Linear(4, 4)
+
+    def forward(self, a, b, scale=1.0, shift=None, square=False):
+        y = self.lin(a) + b * scale
+        if shift is not None:
+            y = y + shift
+        return {"y": y * y if square else y, "prod": a * b}
+
+
+@pytest.mark.parametrize("call", [
+    lambda f, a, b: f(a, b, 2.0),
+    lambda f, a, b: f(a, b, scale=5.0),
+    lambda f, a, b: f(a, b, scale=5.0, shift=3, square=True),
+    lambda f, a, b: f(a, b=b, shift=None),
+])
+def test_python_scalar_arguments_are_part_of_the_program(call):
+    """A module called with Python floats/ints/bools/None besides tensors: the exported
+    program's scalar inputs take the values it was exported for, and another value builds
+    another program (the cache key) -- each bound contains the module's own output."""
+    m = ScalarArgs().eval()
+    g = torch.Generator().manual_seed(7)
+    a, b = torch.randn(3, 4, generator=g), torch.randn(3, 4, generator=g)
+    out = call(fpx.interval(m), a, b)
+    with torch.no_grad():
+        ref = call(m, a, b)
+    for k in ("y", "prod"):
+        assert out[k].contains(ref[k]).all()
+        torch.testing.assert_close(out[k].value, ref[k], rtol=1e-5, atol=1e-6)
+    assert fit.program_for(m, (a, b), {"scale": 5.0}).mode == "export"
+
+
 class DataDependent(nn.Module):
     """Python control flow on tensor values: torch.export rejects it."""
 
