@@ -688,6 +688,34 @@ def _bn_legit(ctx, x, w, b, running_mean, running_var, momentum, eps):
     return (y, _Lazy(None, "batch-norm saved mean"), _Lazy(None, "batch-norm saved rstd"))
 
 
+@_op("aten._native_batch_norm_legit.no_stats")
+def _bn_batch_stats(ctx, x, w, b, training, momentum, eps):
+    """Normalization by the batch's own per-channel statistics, with no running stats to
+    update (``InstanceNorm``, ``BatchNorm(track_running_stats=False)``; a pure op): the
+    layer-norm composite over each channel's (N, *spatial) values -- channels moved first and
+    the rest flattened, biased variance, ``1/sqrt(var + eps)`` as torch's CPU kernel -- then
+    ``·w + b`` per channel. float32/float64 only: on float16/bfloat16 torch's CPU kernel
+    does arithmetic this does not model (its results differ from one opmath evaluation by more
+    than an ulp), so those raise."""
+    if np.dtype(ctx.dtype) in _HALF:
+        raise UnmappedOpError(ctx.op, f" for {np.dtype(ctx.dtype)} inputs (torch's CPU kernel "
+                                      "arithmetic for half types is not modelled)")
+    comp = _opmath(ctx.dtype)
+    shape = _shape(x)
+    nd, c = len(shape), shape[1]
+    perm = (1, 0) + tuple(range(2, nd))
+    xt = fnp.reshape(fnp.transpose(_cast(x, comp), perm), (c, -1))
+    y = fnn.layer_norm(xt, (int(np.prod(shape)) // c,), None, None, eps)
+    y = fnp.transpose(fnp.reshape(y, tuple(shape[i] for i in perm)), perm)
+    bcast = (1, c) + (1,) * (nd - 2)
+    if w is not None:
+        y = fnp.multiply(y, fnp.reshape(_cast(w, comp), bcast))
+    if b is not None:
+        y = fnp.add(y, fnp.reshape(_cast(b, comp), bcast))
+    return (_cast(y, ctx.dtype), _Lazy(None, "batch-norm saved mean"),
+            _Lazy(None, "batch-norm saved rstd"))
+
+
 @_op("aten.native_batch_norm", "aten._native_batch_norm_legit")
 def _bn(ctx, x, w, b, running_mean, running_var, training, momentum, eps):
     if training:

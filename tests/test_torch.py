@@ -706,3 +706,33 @@ def test_dropout_in_training_mode_is_refused_and_eval_is_identity():
     with pytest.raises(fit.UnmappedOpError, match="training mode"):
         fpx.interval(m.train())(x)
     assert fpx.interval(m.eval())(x).contains(_run(m, x)).all()
+
+
+@pytest.mark.parametrize("offset,scale", [(0.0, 1.0), (1000.0, 0.01), (-50.0, 3.0)])
+@pytest.mark.parametrize("make,shape", [
+    (lambda: nn.InstanceNorm2d(4, affine=True), (2, 4, 9, 9)),
+    (lambda: nn.InstanceNorm1d(3), (2, 3, 40)),
+    (lambda: nn.BatchNorm2d(4, track_running_stats=False), (8, 4, 6, 6)),
+])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_batch_statistics_normalization_contains_torchs_output(make, shape, offset, scale, dtype):
+    """Instance norm and batch norm without running stats normalize by the batch's own
+    per-channel statistics (``_native_batch_norm_legit.no_stats``): the bound holds torch's
+    own output and the float64 one, also where x - mean cancels (offset 1000, spread 0.01)."""
+    torch.manual_seed(8)
+    m = make().eval()
+    if getattr(m, "weight", None) is not None:
+        with torch.no_grad():
+            m.weight.uniform_(0.5, 2.0)
+            m.bias.uniform_(-1.0, 1.0)
+    x = torch.randn(*shape, generator=torch.Generator().manual_seed(9)) * scale + offset
+    iv = fpx.interval(m.to(dtype))(x.to(dtype))
+    assert iv.contains(_run(m, x.to(dtype))).all()
+    assert iv.contains(_run(copy.deepcopy(m).double(), x.double())).all()
+    assert "layer_norm" in fpx.trace(m)(x.to(dtype)).primitives
+
+
+def test_batch_statistics_normalization_of_half_types_raises_naming_the_op():
+    m = nn.InstanceNorm2d(4).eval().bfloat16()
+    with pytest.raises(fit.UnmappedOpError, match=r"no_stats.*bfloat16"):
+        fpx.interval(m)(torch.randn(2, 4, 3, 3).bfloat16())
