@@ -1764,6 +1764,17 @@ def _softmax(self, prim, x, *, axis=-1):
                                            dhigh), un)
 
 
+def _max_of_others(a, ax):
+    """max over the axis of every element but the one itself (the row's largest, or for the
+    first position of the largest the second largest)."""
+    xp = _xp(a)
+    first = xp.argmax(a, axis=ax, keepdims=True)
+    m1 = xp.take_along_axis(a, first, axis=ax)
+    pos = xp.arange(a.shape[ax]).reshape([-1 if d == ax % a.ndim else 1 for d in range(a.ndim)])
+    m2 = xp.max(xp.where(pos == first, -xp.inf, a), axis=ax, keepdims=True)
+    return xp.where(pos == first, m2, m1)
+
+
 def _softmax_bounds_np(lo, hi, ax, n, r_s, a_s, k, r_e, a_e, r_d, a_d, dlow, dhigh):
     """The softmax rule's bound in array operations (any backend; the reference for
     ``_K.softmax_bounds``)."""
@@ -1788,8 +1799,18 @@ def _softmax_bounds_np(lo, hi, ax, n, r_s, a_s, k, r_e, a_e, r_d, a_d, dlow, dhi
         others_hi = (sh - eh) * (1 + 2 * _E64)
         others_lo = np.maximum((sl - el) * (1 - 2 * _E64), 0.0)
         plo = np.maximum(el / (el + others_hi) * (1 - 4 * _E64), 0.0)
-        phi = np.minimum(eh / (eh + others_lo) * (1 + 4 * _E64), 1.0)
-        plo = np.where(el > 0, plo, 0.0)
+        phi = eh / (eh + others_lo) * (1 + 4 * _E64)
+        # where the exps underflow (a box far wider than float64's exp range), in the log
+        # domain: the ratio is at least 1/(1 + (n-1)·exp(max_{k != j} dh_k - dl_j)) and, the
+        # denominator being at least its largest term, at most exp(dh_j - max(dh_j, max_{k != j} dl_k))
+        t = _max_of_others(dh, ax) - dl
+        et = np.exp(t) * (1 + (_LIBM64_ULPS + 4 + np.abs(t)) * _E64) + _TINY64
+        plo = np.where(el == 0, np.maximum(1.0 / (1.0 + (n - 1) * et * (1 + 2 * _E64))
+                                           * (1 - 4 * _E64), 0.0), plo)
+        t = dh - np.maximum(dh, _max_of_others(dl, ax))
+        phi = np.where(eh + others_lo == 0,
+                       np.exp(t) * (1 + (_LIBM64_ULPS + 4 + np.abs(t)) * _E64) + _TINY64, phi)
+        phi = np.minimum(phi, 1.0)
         # the evaluation's errors: exp (relative r_e, absolute a_e), the sum (gamma, beta:
         # dlow/dhigh), the division; the exact sum is >= 1 (the max's own term is exp(0))
         nl = plo * (1 - r_e) - a_e

@@ -472,8 +472,24 @@ def _softmax_rows(dl, dh, el, eh, r_e, a_e, r_d, a_d, dlow, dhigh, g64, k, libm,
     for i in range(rows):
         sl = 0.0
         sh = 0.0
+        m1 = -math.inf       # the two largest lower arguments of the row, and where the first is
+        m2 = -math.inf
+        j1 = -1
+        h1 = -math.inf       # the same for the upper arguments
+        h2 = -math.inf
+        k1 = -1
         for j in range(n):
-            el[i, j] *= 1 - (libm + 4 + abs(dl[i, j])) * _E
+            d = dl[i, j]
+            if d > m1:
+                m1, m2, j1 = d, m1, j
+            elif d > m2:
+                m2 = d
+            d = dh[i, j]
+            if d > h1:
+                h1, h2, k1 = d, h1, j
+            elif d > h2:
+                h2 = d
+            el[i, j] *= 1 - (libm + 4 + abs(d)) * _E
             eh[i, j] *= 1 + (libm + 4 + abs(dh[i, j])) * _E
             sl += el[i, j]
             sh += eh[i, j]
@@ -484,8 +500,21 @@ def _softmax_rows(dl, dh, el, eh, r_e, a_e, r_d, a_d, dlow, dhigh, g64, k, libm,
             others_hi = (sh - e_h) * (1 + 2 * _E)
             others_lo = _nmax((sl - e_l) * (1 - 2 * _E), 0.0)
             plo = _nmax(e_l / (e_l + others_hi) * (1 - 4 * _E), 0.0)
-            phi = _nmin(e_h / (e_h + others_lo) * (1 + 4 * _E), 1.0)
-            plo = plo if e_l > 0 else 0.0
+            if e_l == 0.0:
+                # exp(dl_j) underflowed: in the log domain the ratio is at least
+                # 1/(1 + (n-1)·exp(max_{k != j} dh_k - dl_j))
+                t = (h2 if j == k1 else h1) - dl[i, j]
+                et = math.exp(t) * (1 + (libm + 4 + abs(t)) * _E) + _TINY
+                plo = _nmax(1.0 / (1.0 + (n - 1) * et * (1 + 2 * _E)) * (1 - 4 * _E), 0.0)
+            if e_h + others_lo == 0.0:
+                # every exp underflowed (a box far wider than float64's exp range): 0/0; the
+                # denominator is at least its largest term, so in the log domain the ratio is
+                # at most exp(dh_j - max(dh_j, max_{k != j} dl_k))
+                t = dh[i, j] - max(dh[i, j], m2 if j == j1 else m1)
+                phi = math.exp(t) * (1 + (libm + 4 + abs(t)) * _E) + _TINY
+            else:
+                phi = e_h / (e_h + others_lo) * (1 + 4 * _E)
+            phi = _nmin(phi, 1.0)
             nl = plo * (1 - r_e) - a_e
             nh = phi * (1 + r_e) + a_e
             qlo = nl / dhigh if nl >= 0 else nl / dlow

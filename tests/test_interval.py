@@ -1883,6 +1883,44 @@ def test_softmax_rule_kernel_matches_its_array_form_and_is_sound():
         assert out.contains(fpx.nn.softmax(x, axis=ax)).all()
 
 
+@pytest.mark.parametrize("scale", [1e3, 1e6, 1e30, 1e37])
+def test_softmax_of_boxes_past_exps_range_stays_finite_and_sound(scale):
+    """Boxes so wide that every shifted exp underflows (x·1e30 known to 1e-7): the ratios were
+    0/0, NaN bounds where softmax lies in [0, 1]. The log-domain bounds keep them finite and
+    tight where one element dominates; the kernel and the array form agree; exact softmaxes
+    (mpmath) of points in the box and the program's runs are inside."""
+    import sys
+    import mpmath
+    iv_mod = sys.modules["fpx.interval"]
+    from fpx.kernels import interval as KI
+    rng = np.random.default_rng(11)
+    x = (rng.standard_normal((4, 5)) * np.float32(scale)).astype(np.float32)
+    x[3] = x[3, 0]                                     # a row of equal values
+    xi = fpx.Interval.around(x, rel=1e-7)
+    out = fpx.interval(lambda h: fpx.nn.softmax(h, axis=-1))(xi)
+    assert not np.isnan(out.lo).any() and not np.isnan(out.hi).any()
+    assert np.all(out.lo >= -1e-30) and np.all(out.hi <= 1 + 1e-5)   # [0, 1] and rounding
+    args = (1e-7, 1e-45, 16 * 2.0 ** -52, 2e-7, 1e-45, 4e-7, 2e-45, 0.99, 1.01)
+    g = iv_mod._gamma(7, 2.0 ** -53)
+    klo, khi = KI.softmax_bounds(xi.lo, xi.hi, *args, g, iv_mod._LIBM64_ULPS)
+    nlo, nhi = iv_mod._softmax_bounds_np(xi.lo, xi.hi, -1, 5, *args)
+    assert np.allclose(klo, nlo, rtol=1e-12, atol=1e-300)
+    assert np.allclose(khi, nhi, rtol=1e-12, atol=1e-300)
+    mpmath.mp.prec = 80
+    for t in (0.0, 0.3, 1.0):
+        p = xi.lo + t * (xi.hi - xi.lo)
+        exact = np.array([[float(mpmath.exp(mpmath.mpf(v)) / mpmath.fsum(
+            mpmath.exp(mpmath.mpf(w)) for w in row)) for v in row] for row in p])
+        assert out.contains(exact).all()
+        assert out.contains(fpx.nn.softmax(p.astype(np.float32), axis=-1)).all()
+    dominant = np.argmax(x[:3], axis=-1)
+    if scale >= 1e6:           # one element dominates each of the first rows: a tight bound
+        assert np.all(out.lo[np.arange(3), dominant] > 0.99)
+        others = np.ones((3, 5), bool)
+        others[np.arange(3), dominant] = False
+        assert np.all(out.hi[:3][others] < 1e-6)
+
+
 @pytest.mark.parametrize("mode", ["midrad", "fast"])
 def test_interval_times_interval_value_centred_is_sound(mode):
     """Both operands intervals (attention's Q·Kᵀ): the fused value-centred path against exact
