@@ -1187,7 +1187,7 @@ def _graph_fn(ep, xp=np):
     graph = ep.graph
     nodes = list(graph.nodes)
     placeholders = [n for n in nodes if n.op == "placeholder"]
-    inputs = []          # (node, kind, name)
+    inputs = []          # (node, kind, ref): ref is the state name, or a constant's value
     for n, spec in zip(placeholders, sig.input_specs):
         if spec.kind == InputKind.USER_INPUT and isinstance(spec.arg, ConstantArgument):
             # a Python scalar (or None) argument: export specializes the program on its
@@ -1252,8 +1252,8 @@ def _graph_fn(ep, xp=np):
             raise TypeError(f"fpx.interop.torch: the exported program takes {n_user} array "
                             f"input(s), got {len(user_vals)}")
         env, it = {}, iter(user_vals)
-        for n, kind, name in inputs:
-            env[n] = next(it) if kind == "user" else name if kind == "const" else params[name]
+        for n, kind, ref in inputs:
+            env[n] = next(it) if kind == "user" else ref if kind == "const" else params[ref]
         for i, (n, h, ctx) in enumerate(calls):
             a = sub(n.args, env)
             k = sub(n.kwargs, env)
