@@ -788,7 +788,11 @@ def _floor_divide(self, prim, a, b):
         # npy_divmod may land one step off floor(a/b) when a/b rounds across an integer
         lo, hi = np.floor(qlo) - 1, np.floor(qhi) + 1
     lo, hi = np.where(zero, -np.inf, lo), np.where(zero, np.inf, hi)
-    return self.new(v, lo, hi, _or_unstable(un, lo != hi))
+    unstable = _or_unstable(un, lo != hi)
+    dt = np.asarray(concrete(v)).dtype
+    if dt.kind in "iu":          # INT_MIN // -1 wraps around
+        lo, hi = self._integer_bounds("floor_divide", dt, lo, hi)
+    return self.new(v, lo, hi, unstable)
 
 
 @_rule("remainder")

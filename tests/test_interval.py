@@ -1329,6 +1329,7 @@ INTEGER_CASES = {
     "int64 mul": (lambda a: a * I64(4), np.array([2 ** 62, 3], I64), [True, False]),
     "sum promotes": (lambda a: fnp.sum(a, axis=0), np.array([[100, 1], [100, 2]], I8),
                      [False, False]),
+    "floor_divide INT_MIN": (lambda a: a // I8(-1), np.array([-128], I8), [True]),
     "matmul": (lambda a: a @ a.T, np.array([[100, 100], [1, 2]], I8),
                [True, True, True, False]),
     "dot": (lambda a: fnp.dot(a, a), np.array([100, 100], np.int32), [False]),
