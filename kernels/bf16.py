@@ -22,7 +22,7 @@ operands' rounding up and the output's). Only where the CPU has bfloat16 instruc
 Not used for the GEMMs of ``matmul``/``linear``: their programs' own values come from NumPy's
 OpenBLAS, whose worker threads spin after each call and slow torch's thread pool (and torch's
 slows NumPy's elementwise passes) -- measured on the encoder benchmark, a bfloat16 radius GEMM
-made the whole bound 155 -> 185 ms, although alone it is 2.7x faster than the float32 GEMM.
+made the whole bound 155 -> 185 ms, although alone it is 2.3-2.8x faster than the float32 GEMM.
 """
 from __future__ import annotations
 

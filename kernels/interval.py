@@ -479,18 +479,17 @@ def _softmax_rows(dl, dh, el, eh, r_e, a_e, r_d, a_d, dlow, dhigh, g64, k, libm,
         h2 = -math.inf
         k1 = -1
         for j in range(n):
-            d = dl[i, j]
-            if d > m1:
-                m1, m2, j1 = d, m1, j
-            elif d > m2:
-                m2 = d
-            d = dh[i, j]
-            if d > h1:
-                h1, h2, k1 = d, h1, j
-            elif d > h2:
-                h2 = d
-            el[i, j] *= 1 - (libm + 4 + abs(d)) * _E
-            eh[i, j] *= 1 + (libm + 4 + abs(dh[i, j])) * _E
+            d_l, d_h = dl[i, j], dh[i, j]
+            if d_l > m1:
+                m1, m2, j1 = d_l, m1, j
+            elif d_l > m2:
+                m2 = d_l
+            if d_h > h1:
+                h1, h2, k1 = d_h, h1, j
+            elif d_h > h2:
+                h2 = d_h
+            el[i, j] *= 1 - (libm + 4 + abs(d_l)) * _E
+            eh[i, j] *= 1 + (libm + 4 + abs(d_h)) * _E
             sl += el[i, j]
             sh += eh[i, j]
         sh = sh * (1 + g64)
