@@ -264,6 +264,19 @@ class IntervalInterpreter(Interpreter):
             return min(rigorous, math.expm1(lam * math.sqrt(n) * delta + n * delta * delta / (1 - delta)))
         return rigorous
 
+    def partial_sum_gamma(self, m, delta):
+        """Constant for the same sum bounded through its partial sums: ``|fl(Σ p_i) - Σ p_i|
+        <= const·max(P, N)``, P (N) the sum of the positive (negated negative) terms, any
+        order. Every rounding's error is at most δ times the exact result of its operation,
+        whose operands' exact values are a partial sum over a subset of the terms, in
+        [-N, P], plus the errors made below it; so the errors ε of the m additions satisfy
+        ε <= m·δ·(max(P, N) + ε), const = γ_m(δ). Against the classic bound (Σ|p_i| = P + N)
+        this halves the radius of sums whose terms cancel; it needs the rigorous model
+        (inf for the probabilistic one, which bounds another quantity)."""
+        if self.bound != "rigorous" or m <= 0:
+            return math.inf if m > 0 else 0.0
+        return _gamma(m, delta) * (1 + 4 * _E64)
+
     def sum_gamma(self, m, delta, nearest):
         """Constant for a sum with ``m`` additions of relative error ``delta`` each, in any
         order: ``|fl(Σ p_i) - Σ p_i| <= const·Σ|p_i|``. With round-to-nearest additions
@@ -1043,7 +1056,13 @@ def _reduce_sum(self, prim, a, *, axis=None, keepdims=False, dtype=None):
             Facc = prec.accumulate
             c = self.sum_gamma(max(n - 1, 0), _acc_delta(self, "reduce_sum", Facc),
                                self.accuracy("reduce_sum", Facc).ulps == 0.5)
-            r = r + _up(c * s_mag * (1 + g64), 3)
+            cm = self.partial_sum_gamma(max(n - 1, 0), _acc_delta(self, "reduce_sum", Facc))
+            if cm < math.inf:   # through the partial sums, where tighter (cancelling terms)
+                s_part = np.maximum(np.sum(np.maximum(hi, 0.0), axis=axis, keepdims=keepdims),
+                                    np.sum(np.maximum(-lo, 0.0), axis=axis, keepdims=keepdims))
+                r = r + _up(np.minimum(c * s_mag, cm * s_part) * (1 + g64), 3)
+            else:
+                r = r + _up(c * s_mag * (1 + g64), 3)
             lo2, hi2 = _widen(s_mid - r, s_mid + r, 1)
             lo2, hi2 = _acc_guard(lo2, hi2, s_mag, c, Facc, lambda: np.any(
                 np.isnan(lo) | np.isnan(hi), axis=axis, keepdims=keepdims))
@@ -1109,7 +1128,12 @@ def _cumsum(self, prim, a, *, axis, dtype=None):
             km1 = k - 1
             c = np.where(km1 * d < 1, km1 * d / (1 - km1 * d), np.inf) if self.bound == "rigorous" \
                 else np.vectorize(lambda m: self.gamma(int(m), d))(km1)
-            r = r + _up(c * c_mag * (1 + g64), 3)
+            if self.bound == "rigorous":   # partial sums lie in [-N, P] (partial_sum_gamma)
+                c_part = np.maximum(np.cumsum(np.maximum(hi, 0.0), axis=ax),
+                                    np.cumsum(np.maximum(-lo, 0.0), axis=ax))
+                r = r + _up(c * np.minimum(c_mag, c_part) * (1 + g64), 4)
+            else:
+                r = r + _up(c * c_mag * (1 + g64), 3)
         lo2, hi2 = _widen(c_mid - r, c_mid + r, 1)
         if F_out is not None:   # the accumulator's overflow, then its rounding to the output
             lo2, hi2 = _acc_guard(lo2, hi2, c_mag, c, Facc, lambda: np.logical_or.accumulate(
@@ -1199,6 +1223,64 @@ def _matmul_constant(self, F_in, F_prod, F_acc, K):
     acc = self.accuracy("matmul", F_acc)
     d_acc = acc.ulps * 2.0 ** (1 - F_acc.p) if not acc.input_dependent else math.inf
     return d_p + self.sum_gamma(max(K - 1, 0), d_acc, acc.ulps == 0.5) * (1 + d_p)
+
+
+class _Split:
+    """The partial-sum form of a dot product's rounding error (``_matmul_split``):
+    ``|fl(a·b) - a·b| <= α·T + β·|E|`` with T = Σ|a_i b_i|, E = Σ a_i b_i (plus the caller's
+    absolute terms), and what a value-centred radius makes of it: the centre's own error e₀
+    and every other execution's error, with |E| <= |s| + e₀ + ρ (s the accumulator's value, ρ
+    the operands' propagated radius), sum to at most ``κ·(2α·T̂ + ρ) + cb·|v| + ab``,
+    κ = (1+β)/(1-β), v the program's value (|s| <= (|v| + abs)/(1-q) through its rounding to
+    the output format). (c, 0) -- the classic bound -- where the form does not apply."""
+    __slots__ = ("alpha", "beta", "kappa", "cb", "ab")
+
+    def __init__(self, alpha, beta, q=0.0, abs_out=0.0):
+        self.alpha, self.beta = alpha, beta
+        self.kappa = (1 + beta) / (1 - beta) * (1 + 4 * _E64) if beta else 1.0
+        self.cb = 2 * self.kappa * beta / (1 - q) * (1 + 4 * _E64) if beta else 0.0
+        self.ab = self.cb * abs_out * (1 + 2 * _E64)
+
+    def scaled(self, rad):
+        """A value-centred radius (R, f, a) -> κ·(R, f, a) plus the accumulator's absolute
+        term (cb·|v| is the centre term of ``center_bounds``)."""
+        if not self.beta:
+            return rad
+        R, f, a = rad
+        return R, f * self.kappa * (1 + 2 * _E64), (a * self.kappa + self.ab) * (1 + 4 * _E64)
+
+
+def _matmul_split(self, c, F_in, F_prod, F_acc, K, F_out=None):
+    """``_Split`` for a K-term dot product: the errors of the K product roundings (δ_p each)
+    and of the m = K-1 additions (δ relative to each addition's exact result, whose operands
+    hold a partial sum over a subset of the exact products, in [-N, P], plus the errors below
+    it; P and N the sums of the positive and the negated negative products) satisfy
+    ε <= δ_p·T + m·δ·(max(P, N) + ε), and max(P, N) = (T + |E|)/2; so
+    α = (δ_p + mδ/2)/(1 - mδ), β = (mδ/2)/(1 - mδ) -- for cancelling sums about half the
+    classic c·T. Any summation order, split-K and atomics (every order is a tree of
+    additions); FMA chains are the case δ_p = 0 for all but the first product. Used with the
+    rigorous model where mδ <= 2^-10 (where the terms do not cancel, |E| = T, the
+    denominators cost at most 0.1% against c) and the output rounding's accuracy is a
+    constant."""
+    acc = self.accuracy("matmul", F_acc)
+    if self.bound != "rigorous" or acc.input_dependent or K < 2:
+        return _Split(c, 0.0)
+    d = acc.ulps * 2.0 ** (1 - F_acc.p)
+    m = K - 1
+    if m * d > 2.0 ** -10:
+        return _Split(c, 0.0)
+    q = abs_out = 0.0
+    if F_out is not None and F_out.name != F_acc.name:
+        cast = self.accuracy("cast", F_out)
+        if cast.input_dependent:
+            return _Split(c, 0.0)
+        q = cast.ulps * 2.0 ** (1 - F_out.p)
+        abs_out = cast.ulps * F_out.smallest_subnormal + cast.absolute
+    d_p = 0.0 if 2 * F_in.p <= F_prod.p else 2.0 ** -F_prod.p
+    den = 1.0 - m * d
+    alpha = (d_p + m * d / 2) / den * (1 + 6 * _E64)
+    beta = (m * d / 2) / den * (1 + 6 * _E64)
+    return _Split(alpha, beta, q, abs_out) if alpha < c else _Split(c, 0.0)
 
 
 def _f32_upper(X):
@@ -1309,6 +1391,7 @@ def _matmul(self, prim, a, b):
         return self.new(v, lo, hi, _matmul_unstable(au, bu, np.shape(lo)))
     F_in, F_prod, F_acc = prec.input, prec.compute, prec.accumulate
     c = _matmul_constant(self, F_in, F_prod, F_acc, K)
+    sp = _matmul_split(self, c, F_in, F_prod, F_acc, K, F_out)
     small = F_out is not None and F_out.p <= 24 and F_in.p <= 24 and in_dt != np.float64
     src = _fmt_of(in_dt)
     rounded_inputs = src is not None and not _contains_format(F_in, src)   # e.g. tf32 inputs
@@ -1324,23 +1407,24 @@ def _matmul(self, prim, a, b):
                 and np.asarray(pb).dtype in (np.float32, np.float64) and np.ndim(pb) >= 1):
             # the mirror image: constant weights times an interval (a convolution written
             # W @ im2col(x)): radius |A| @ (2c·(|v_b| + r_b) + r_b), the same fused pass on B
-            Lb, st = _K.mm_left(pb, blo, bhi, 2 * c, stats=True)
+            Lb, st = _K.mm_left(pb, blo, bhi, 2 * sp.alpha, stats=True)
             if (all(np.isfinite(st)) and st[0] >= 4 * c * st[1] * 1.01
                     and bool(np.all(np.isfinite(concrete(v))))):
                 absA, amax = _abs_operand(pa, small, "absA")
                 center = _centre_of(v)
-                rad = _out_rounding(self, _gemm_upper_parts(absA, Lb, K, small, 1.0, absterm),
+                rad = _out_rounding(self, sp.scaled(_gemm_upper_parts(absA, Lb, K, small, 1.0,
+                                                                      absterm)),
                                     center, F_out, F_acc)
                 return _matmul_close(self, v, center, rad, absA, _LazyAbs(pb, blo, bhi, st[2]),
                                      K, c, prec, F_out, [(alo, ahi, pa), (blo, bhi, pb)],
-                                     rounded_inputs, amax, None, au, bu)
+                                     rounded_inputs, amax, None, au, bu, sp.cb)
         if (small and not ap and not bp and not rounded_inputs and self.matmul != "exact-center"
                 and all(isinstance(z, np.ndarray) for z in (alo, ahi, blo, bhi))
                 and np.asarray(pa).dtype in (np.float32, np.float64) and np.ndim(pa) >= 1
                 and np.asarray(pb).dtype in (np.float32, np.float64) and np.ndim(pb) >= 1):
             # both operands intervals (attention's Q·Kᵀ and P·V): value-centred, radius
             # L_A @ B̂ + |A| @ r_B, each factor from one fused pass (NumPy took ~15)
-            La, sa = _K.mm_left(pa, alo, ahi, 2 * c, stats=True)
+            La, sa = _K.mm_left(pa, alo, ahi, 2 * sp.alpha, stats=True)
             Bh32, rb32, sb = _K.mm_right(pb, blo, bhi)
             if (all(np.isfinite(sa)) and all(np.isfinite(sb))
                     and bool(np.all(np.isfinite(concrete(v))))
@@ -1350,11 +1434,12 @@ def _matmul(self, prim, a, b):
                 rad = (_K.scale_up(*_gemm_upper_parts(La, Bh32, K, small, 1.0, absterm))
                        + _gemm_upper(absA, rb32, K, small), 1.0, 0.0)
                 center = _centre_of(v)
-                rad = _out_rounding(self, rad, center, F_out, F_acc)
+                rad = _out_rounding(self, sp.scaled(rad), center, F_out, F_acc)
                 return _matmul_close(self, v, center, rad, _LazyAbs(pa, alo, ahi, sa[2]), Bh32,
                                      K, c, prec, F_out, [(alo, ahi, pa), (blo, bhi, pb)],
-                                     rounded_inputs, None, sb[2] * (1 + 2.0 ** -22), au, bu)
-        L, stats = _K.mm_left(pa, alo, ahi, 2 * c, stats=True) if fused else (None, None)
+                                     rounded_inputs, None, sb[2] * (1 + 2.0 ** -22), au, bu,
+                                     sp.cb)
+        L, stats = _K.mm_left(pa, alo, ahi, 2 * sp.alpha, stats=True) if fused else (None, None)
         lazy_a = fused and all(np.isfinite(stats)) and stats[0] >= 4 * c * stats[1] * 1.01
         # radii around the program's operand values (point operands: 0, no array work)
         ra = 0.0 if ap or lazy_a else _up(np.maximum(_as_f64(pa) - alo, ahi - _as_f64(pa)), 1)
@@ -1382,9 +1467,12 @@ def _matmul(self, prim, a, b):
             point = a_pt and b_pt and self.matmul != "fast"
             exact_center = point or (not rounded_inputs and self.matmul != "fast" and (
                 self.matmul == "exact-center" or not finite_v or _narrow(ra, Ah, rb, Bh, c)))
-        if point:            # exact float64 centre; radius c·|A||B| (+ the centre's own error)
-            center = _gemm(_f64_operand(pa, "f64A"), _f64_operand(pb, "f64B"))
-            rad = _gemm_upper_parts(Ah, Bh, K, small, _up(c + g64, 2), absterm)
+        cb = 0.0             # the radius's |centre| coefficient (center_bounds)
+        if point:            # exact float64 centre C: radius α·T + β·|E| (+ C's own error),
+            center = _gemm(_f64_operand(pa, "f64A"), _f64_operand(pb, "f64B"))  # |E| <= |C| + e
+            rad = _gemm_upper_parts(Ah, Bh, K, small, (sp.alpha + g64 * (1 + sp.beta))
+                                    * (1 + 4 * _E64), absterm)
+            cb = sp.beta
         elif exact_center:   # centre = midpoints' product in float64
             ma = _as_f64(pa) if a_pt else (alo + ahi) / 2
             mb = _as_f64(pb) if b_pt else (blo + bhi) / 2
@@ -1397,26 +1485,27 @@ def _matmul(self, prim, a, b):
                 rad = (_K.scale_up(*rad) + _gemm_upper(np.abs(ma), hrb, K, small), 1.0, 0.0)
         else:                # centre = the program's value: its own error counted once more
             center = _centre_of(v)
-            if a_pt and Ah is not None:          # point A: the radius is 2c·(|A| @ B̂)
-                rad = _gemm_upper_parts(Ah, Bh, K, small, _up(2 * c, 1), absterm)
+            if a_pt and Ah is not None:          # point A: the radius is 2α·(|A| @ B̂)
+                rad = _gemm_upper_parts(Ah, Bh, K, small, _up(2 * sp.alpha, 1), absterm)
             else:
                 if L is not None:
                     pass                                       # from the fused pass above
                 elif small and not rounded_inputs and np.asarray(pa).dtype in (np.float32,
                                                                                np.float64):
-                    L = _K.mm_left(pa, alo, ahi, 2 * c)        # one fused pass, float32 upper
+                    L = _K.mm_left(pa, alo, ahi, 2 * sp.alpha)  # one fused pass, float32 upper
                 else:
-                    L = _up(2 * c * _as_f64(Ah) + ra, 3)   # float64: c·|a| underflows in fp16
+                    L = _up(2 * sp.alpha * _as_f64(Ah) + ra, 3)   # float64: c·|a| underflows in fp16
                 rad = _gemm_upper_parts(L, Bh, K, small, 1.0, absterm)
             if not b_pt:
                 rad = (_K.scale_up(*rad) + _gemm_upper(absA, rb, K, small), 1.0, 0.0)
-            rad = _out_rounding(self, rad, center, F_out, F_acc)
+            rad = _out_rounding(self, sp.scaled(rad), center, F_out, F_acc)
+            cb = sp.cb
         if Ah is None:   # the guard's operand magnitude, from the fused stats
             Ah = _LazyAbs(pa, alo, ahi, stats[2])
         return _matmul_close(self, v, center, rad, Ah, Bh, K, c, prec, F_out,
                              [(alo, ahi, pa), (blo, bhi, pb)], rounded_inputs,
                              amax if a_pt and not lazy_a else None, bmax if b_pt else None,
-                             au, bu)
+                             au, bu, cb)
 
 
 @_rule("conv", "linear")
@@ -1476,28 +1565,31 @@ def _weighted_value_centred(self, prim, x, w, b, params):
         return None
     K = (int(np.prod(np.shape(wc)[1:])) if prim.name == "conv" else np.shape(wc)[-1]) + in_sum
     c = _matmul_constant(self, F_in, F_prod, F_acc, K)
+    sp = _matmul_split(self, c, F_in, F_prod, F_acc, K, F_out)
     absterm = 2 * K * (F_prod.smallest_subnormal + F_acc.smallest_subnormal)
     with np.errstate(all="ignore"):
         absw = np.abs(wc)
         if x.point and self.matmul != "fast":
-            # a centre of its own (the op in float64, or float32 blocks summed in float64),
-            # radius (c + its error)·op(|x|, |w|)
+            # a centre C of its own (the op in float64, or float32 blocks summed in float64),
+            # radius α·T + β·|E| + C's error e, |E| <= |C| + e: (α + rel·(1+β))·T + β·|C|
             if not np.all(np.isfinite(vx)):
                 return None
             L, m = np.abs(vx), float(np.max(np.abs(vx), initial=0.0))
             exact = True
             center, c_rel, c_abs = _point_centre(self, prim, vx, wc, bc if in_sum else None,
                                                  params, K)
-            f = _up(c + c_rel, 2)
-            absterm += c_abs
+            f = _up(sp.alpha + c_rel * (1 + sp.beta), 3)
+            absterm += c_abs * (1 + sp.beta) * (1 + 2 * _E64)
+            cb = sp.beta
             bias_r = np.abs(bc) if in_sum else None
         else:
-            # value-centred: L = 2c·(|v| + r) + r per input element
-            L, st = _K.mm_left(vx, x.lo, x.hi, 2 * c, stats=True)
+            # value-centred: L = 2α·(|v| + r) + r per input element (see _Split)
+            L, st = _K.mm_left(vx, x.lo, x.hi, 2 * sp.alpha, stats=True)
             if not (all(np.isfinite(st)) and (x.point or st[0] >= 4 * c * st[1] * 1.01)):
                 return None
-            m, exact, f = st[2], False, 1.0
-            bias_r = _f32_upper(_up(2 * c * np.abs(bc.astype(np.float64)), 2)) if in_sum else None
+            m, exact, f, cb = st[2], False, 1.0, sp.cb
+            bias_r = (_f32_upper(_up(2 * sp.alpha * np.abs(bc.astype(np.float64)), 2))
+                      if in_sum else None)
         if in_sum:
             m = max(m, 1.0)                 # the bias's own term: 1 · b
         bmax = max(float(absw.max(initial=0.0)), float(np.max(np.abs(bc))) if in_sum else 0.0)
@@ -1510,9 +1602,9 @@ def _weighted_value_centred(self, prim, x, w, b, params):
         rad = (rad[0], rad[1], rad[2] + absterm)
         if not exact:
             center = _centre_of(v)
-            rad = _out_rounding(self, rad, center, F_out, F_acc)
+            rad = _out_rounding(self, sp.scaled(rad), center, F_out, F_acc)
         top = F_acc.max if F_acc.has_inf else math.inf
-        lo, hi, n_bad = _K.center_bounds(center, *rad, top)
+        lo, hi, n_bad = _K.center_bounds(center, *rad, top, cb)
         if n_bad:
             return None
         if F_out.name != F_acc.name:
@@ -1589,14 +1681,14 @@ def _out_rounding(self, rad, center, F_out, F_acc):
 
 
 def _matmul_close(self, v, center, rad, Ah, Bh, K, c, prec, F_out, ops, rounded_inputs, amax,
-                  bmax, au, bu):
-    """centre ± radius (``rad`` = (R, f, a), radius <= R·f + a), widened for this float64
+                  bmax, au, bu, cb=0.0):
+    """centre ± radius (``rad`` = (R, f, a), radius <= R·f + a + cb·|centre|), widened for this float64
     step, the accumulator's overflow mapped (see _matmul_guard), rounded into F_out."""
     F_in, F_acc = prec.input, prec.accumulate
     top = F_acc.max if (F_out is not None and F_acc.has_inf and F_acc.name != "float64") \
         else math.inf
     with np.errstate(all="ignore"):
-        lo, hi, n_bad = _K.center_bounds(center, *rad, top)   # n_bad: non-finite c, NaN bounds
+        lo, hi, n_bad = _K.center_bounds(center, *rad, top, cb)  # n_bad: non-finite c, NaN bounds
         if F_out is not None:
             lo, hi = _matmul_guard(lo, hi, center, Ah, Bh, K, c, F_acc, ops,
                                    F_in.max if rounded_inputs else math.inf, amax, bmax,

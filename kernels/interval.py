@@ -20,8 +20,8 @@ rounding error and map overflow to infinity; these do it in one pass per bound.
   with its rounding in one pass.
 * ``affine_bounds(xlo, xhi, slo, shi, tlo, thi, r1, a1, r2, a2, top)``: ``mul_bounds``
   then ``add_bounds``, one pass (a batch norm's per-channel scale and shift).
-* ``center_bounds(c, R, f, a, top)`` -> (lo, hi, n_bad): ``c ∓ (rad·(1+8ε) + |c|·8ε + 2^-1074)`` with
-  ``rad = scale_up(R, f, a)`` computed on the fly (the GEMM radius needs no array of its own),
+* ``center_bounds(c, R, f, a, top, b)`` -> (lo, hi, n_bad): ``c ∓ (rad·(1+8ε) + |c|·(b+8ε) +
+  2^-1074)`` with ``rad = scale_up(R, f, a)`` computed on the fly (the GEMM radius needs no array of its own),
   overflow past ``top`` mapped to ∓inf; both bounds in one pass.
 
 Each is one compiled loop over (rows, last axis) blocks of contiguous memory (the inner loop
@@ -404,14 +404,14 @@ def mm_right(v, lo, hi):
 
 
 @numba.njit(cache=True, error_model="numpy")
-def _center_loop(c, R, f, a, top, lo, hi):
+def _center_loop(c, R, f, a, cb, top, lo, hi):
     n_bad = 0
     for i in range(lo.shape[0]):
         for j in range(lo.shape[1]):
             cc = np.float64(_at(c, i, j))
             rad = (np.float64(_at(R, i, j)) * _at(f, i, j) + _at(a, i, j)) * (1.0 + 4 * _E) \
                 + _TINY
-            d = rad * (1.0 + 8 * _E) + min(abs(cc), _MAX) * (8 * _E) + _TINY
+            d = rad * (1.0 + 8 * _E) + min(abs(cc), _MAX) * cb + _TINY
             y = cc - d
             lo[i, j] = -math.inf if y < -top else y
             z = cc + d
@@ -420,11 +420,13 @@ def _center_loop(c, R, f, a, top, lo, hi):
     return n_bad
 
 
-def center_bounds(c, R, f, a, top):
-    """(lo, hi, n_bad): ``c ∓ (rad·(1+8ε) + |c|·8ε + 2^-1074)``, ``rad >= R·f + a`` (see
-    above); ``n_bad`` counts elements with a non-finite centre or a NaN bound."""
+def center_bounds(c, R, f, a, top, b=0.0):
+    """(lo, hi, n_bad): ``c ∓ (rad·(1+8ε) + |c|·(b + 8ε)·(1+4ε) + 2^-1074)``, ``rad >= R·f +
+    a`` (see above; ``b·|c|``: a radius term proportional to the centre's magnitude);
+    ``n_bad`` counts elements with a non-finite centre or a NaN bound."""
     (c, R, f, a), (lo, hi), shape, (rlo, rhi) = _flat((c, R, f, a), (np.float64, np.float64))
-    n_bad = _center_loop(c, R, f, a, float(top), lo, hi)
+    cb = (float(b) + 8 * _E) * (1.0 + 4 * _E)
+    n_bad = _center_loop(c, R, f, a, cb, float(top), lo, hi)
     return _result(rlo, shape), _result(rhi, shape), n_bad
 
 
