@@ -1265,9 +1265,9 @@ def _matmul_split(self, c, F_in, F_prod, F_acc, K, F_out=None):
     acc = self.accuracy("matmul", F_acc)
     if self.bound != "rigorous" or acc.input_dependent or K < 2:
         return _Split(c, 0.0)
-    d = acc.ulps * 2.0 ** (1 - F_acc.p)
-    m = K - 1
-    if m * d > 2.0 ** -10:
+    d_p = 0.0 if 2 * F_in.p <= F_prod.p else 2.0 ** -F_prod.p
+    ab = _partial_sum_split(d_p, acc.ulps * 2.0 ** (1 - F_acc.p), K - 1)
+    if ab is None or ab[0] >= c:
         return _Split(c, 0.0)
     q = abs_out = 0.0
     if F_out is not None and F_out.name != F_acc.name:
@@ -1276,11 +1276,47 @@ def _matmul_split(self, c, F_in, F_prod, F_acc, K, F_out=None):
             return _Split(c, 0.0)
         q = cast.ulps * 2.0 ** (1 - F_out.p)
         abs_out = cast.ulps * F_out.smallest_subnormal + cast.absolute
-    d_p = 0.0 if 2 * F_in.p <= F_prod.p else 2.0 ** -F_prod.p
+    return _Split(*ab, q, abs_out)
+
+
+def _partial_sum_split(d_p, d, m):
+    """(α, β) of ``_matmul_split`` for product roundings δ_p and m additions of δ, or None
+    where m·δ > 2^-10."""
+    if not m * d <= 2.0 ** -10:
+        return None
     den = 1.0 - m * d
-    alpha = (d_p + m * d / 2) / den * (1 + 6 * _E64)
-    beta = (m * d / 2) / den * (1 + 6 * _E64)
-    return _Split(alpha, beta, q, abs_out) if alpha < c else _Split(c, 0.0)
+    return (d_p + m * d / 2) / den * (1 + 6 * _E64), (m * d / 2) / den * (1 + 6 * _E64)
+
+
+def _split_point_bounds(self, pa, pb, Ah, Bh, K, sp, c, g64, absterm, top):
+    """Bounds of a float32 point matmul around a centre from two float32 GEMMs over the
+    halves of K, added in float64 -- one float32 GEMM's time against a float64 GEMM's two
+    (plus its operands' float64 copies). Each half's error (IEEE float32, any order) is
+    <= α_h·T_h + β_h·|E_h| <= (α_h·T_h + β_h·|C_h|)/(1 - β_h) (``_partial_sum_split``), so
+    the centre's error e_C <= (α_h·T + β_h·(|C_1| + |C_2|))/(1 - β_h) + 2^-53·|C| + underflow
+    and the radius α·T + β·|E| + e_C <= α·T + β·|C| + (1 + β)·e_C. None where it does not
+    apply, or where some element's radius would pass the classic bound (c + γ)·T around the
+    float64 centre (terms that do not cancel): the caller takes that centre."""
+    pa, pb = np.asarray(pa), np.asarray(pb)
+    if (self.matmul == "exact-center" or not sp.beta or K < 64 or pa.dtype != np.float32
+            or pb.dtype != np.float32 or pb.ndim != 2 or pa.ndim < 1):
+        return None
+    h = K // 2
+    consts = _partial_sum_split(2.0 ** -24, 2.0 ** -24, K - h - 1)
+    if consts is None:
+        return None
+    a_h, b_h = consts
+    k = 1 + 8 * _E64
+    e_t, e_s = a_h / (1 - b_h) * k, b_h / (1 - b_h) * k
+    f = (sp.alpha + (1 + sp.beta) * e_t) * k
+    add = absterm + (1 + sp.beta) * K * 2.0 ** -150 / (1 - b_h) * k
+    with np.errstate(all="ignore"):
+        c1, c2 = _gemm(pa[..., :h], pb[:h]), _gemm(pa[..., h:], pb[h:])
+        R, f2, a2 = _gemm_upper_parts(Ah, Bh, K, True, f, add)
+    lo, hi, n_bad, n_wide = _K.split_center_bounds(
+        c1, c2, R, f2, a2, top, (sp.beta + (1 + sp.beta) * 2.0 ** -52) * k,
+        (1 + sp.beta) * e_s * k, f2 / f * (c + g64))
+    return None if n_bad or n_wide else (lo, hi)
 
 
 def _f32_upper(X):
@@ -1467,8 +1503,13 @@ def _matmul(self, prim, a, b):
             point = a_pt and b_pt and self.matmul != "fast"
             exact_center = point or (not rounded_inputs and self.matmul != "fast" and (
                 self.matmul == "exact-center" or not finite_v or _narrow(ra, Ah, rb, Bh, c)))
-        cb = 0.0             # the radius's |centre| coefficient (center_bounds)
-        if point:            # exact float64 centre C: radius α·T + β·|E| (+ C's own error),
+        cb, bounds = 0.0, None   # the radius's |centre| coefficient (center_bounds)
+        if point and small:
+            bounds = _split_point_bounds(self, pa, pb, Ah, Bh, K, sp, c, g64, absterm,
+                                         _acc_top(F_out, F_acc))
+        if bounds is not None:
+            center = rad = None
+        elif point:          # exact float64 centre C: radius α·T + β·|E| (+ C's own error),
             center = _gemm(_f64_operand(pa, "f64A"), _f64_operand(pb, "f64B"))  # |E| <= |C| + e
             rad = _gemm_upper_parts(Ah, Bh, K, small, (sp.alpha + g64 * (1 + sp.beta))
                                     * (1 + 4 * _E64), absterm)
@@ -1505,7 +1546,7 @@ def _matmul(self, prim, a, b):
         return _matmul_close(self, v, center, rad, Ah, Bh, K, c, prec, F_out,
                              [(alo, ahi, pa), (blo, bhi, pb)], rounded_inputs,
                              amax if a_pt and not lazy_a else None, bmax if b_pt else None,
-                             au, bu, cb)
+                             au, bu, cb, bounds)
 
 
 @_rule("conv", "linear")
@@ -1517,11 +1558,11 @@ def _weighted(self, prim, x, w, b=None, **params):
     ``L = 2c·(|v| + r) + r`` per *input* element (``mm_left``; padding gives L = 0), an
     upper bound of the same op of nonnegative terms (``_weighted_radius``: a conv on oneDNN in
     bfloat16, else float32), the centre the program's own value. A point activation (the
-    data) gets a centre of its own and the radius (c + e)·op(|x|, |w|), e the centre's error
-    (``_point_centre``: the op in float64, e = γ_{K+2}(u64), as the matmul rule's point path;
+    data) gets a centre C of its own and the radius (α + e(1+β))·op(|x|, |w|) + β·|C|
+    (``_Split``), e the centre's error (``_point_centre``: the op in float64, e = γ_{K+2}(u64);
     a conv on oneDNN by default from float32 blocks of its input channels, e ≈ γ_{K/4}(u32),
-    ~3x cheaper for a ~1.25x wider point bound). A bias in the sum
-    (``bias_in_sum``: one more term, of value 1·b) enters the radius GEMM as the bias ``2c·|b|``
+    ~3x cheaper for a ~1.5x wider point bound). A bias in the sum
+    (``bias_in_sum``: one more term, of value 1·b) enters the radius GEMM as the bias ``2α·|b|``
     (``|b|`` for points); a bias added afterwards is the interpreter's interval add. Anything
     else -- interval or non-float32 weights, a policy that rounds the inputs (tf32), narrow
     intervals (where an exact centre is worth more), unstable or non-finite inputs, possible
@@ -1644,7 +1685,7 @@ def _point_centre(self, prim, x, w, b, params, K):
       convolutions over blocks of the input channels (``conv_split_f32``), rel =
       γ_{K_j}(u32) + γ_{B+1}(u64)·(1 + γ_{K_j}(u32)) with K_j <= K/B + taps: 1.2-2.3 float32
       convolutions' time against ~7 for torch's float64 one (im2col + MKL's DGEMM), for a
-      point bound ~1.25x wider than with the exact centre.
+      point bound ~1.5x wider than with the exact centre where terms cancel.
     * Otherwise (and for every op with ``matmul="exact-center"``): the op in float64 -- exact
       products, rel = γ_{K+2}(u64) -- on torch's float64 convolution where the float32 one
       runs on oneDNN (one thread pool), else by the parent."""
@@ -1680,15 +1721,24 @@ def _out_rounding(self, rad, center, F_out, F_acc):
                                      + ao) * (1 + 2 * q), 4), 1.0, 0.0)
 
 
-def _matmul_close(self, v, center, rad, Ah, Bh, K, c, prec, F_out, ops, rounded_inputs, amax,
-                  bmax, au, bu, cb=0.0):
-    """centre ± radius (``rad`` = (R, f, a), radius <= R·f + a + cb·|centre|), widened for this float64
-    step, the accumulator's overflow mapped (see _matmul_guard), rounded into F_out."""
-    F_in, F_acc = prec.input, prec.accumulate
-    top = F_acc.max if (F_out is not None and F_acc.has_inf and F_acc.name != "float64") \
+def _acc_top(F_out, F_acc):
+    """Where a matmul's accumulator overflows (inf: float64 bounds overflow by themselves)."""
+    return F_acc.max if (F_out is not None and F_acc.has_inf and F_acc.name != "float64") \
         else math.inf
+
+
+def _matmul_close(self, v, center, rad, Ah, Bh, K, c, prec, F_out, ops, rounded_inputs, amax,
+                  bmax, au, bu, cb=0.0, bounds=None):
+    """centre ± radius (``rad`` = (R, f, a), radius <= R·f + a + cb·|centre|; or ``bounds``
+    made already, with finite centres and no NaN), widened for this float64 step, the
+    accumulator's overflow mapped (see _matmul_guard), rounded into F_out."""
+    F_in, F_acc = prec.input, prec.accumulate
+    top = _acc_top(F_out, F_acc)
     with np.errstate(all="ignore"):
-        lo, hi, n_bad = _K.center_bounds(center, *rad, top, cb)  # n_bad: non-finite c, NaN bounds
+        if bounds is None:   # n_bad: non-finite centres, NaN bounds
+            lo, hi, n_bad = _K.center_bounds(center, *rad, top, cb)
+        else:
+            (lo, hi), n_bad = bounds, 0
         if F_out is not None:
             lo, hi = _matmul_guard(lo, hi, center, Ah, Bh, K, c, F_acc, ops,
                                    F_in.max if rounded_inputs else math.inf, amax, bmax,
@@ -2112,11 +2162,11 @@ def interval(f=None, *, policy=None, branches: str = "hull", bound: str = "rigor
     policy or preset name (default ``"numpy"``). ``branches``: ``"hull"`` (sound) or
     ``"concrete"`` (RENDER's observed-branch semantics). ``bound``: ``"rigorous"`` or
     ``"probabilistic"`` (Higham & Mary 2019, λ·sqrt(n)·u with the given ``confidence``; not a
-    guarantee). ``matmul``: ``"midrad"`` (default: an exact float64 centre for point or narrow
-    operands -- for a float32 convolution on oneDNN a centre summed from float32 blocks of its
-    input channels, ~1.25x wider than exact and ~3x cheaper -- else centred on the program's
-    value), ``"fast"`` (always centred on the value: no float64 GEMM, up to 2x wider on point
-    operands), ``"exact-center"`` (always a float64 centre) or ``"render"`` (RENDER's
+    guarantee). ``matmul``: ``"midrad"`` (default: a centre of its own for point or narrow
+    operands -- a float64 GEMM, or for float32 points a split-K pair of float32 GEMMs (a
+    convolution on oneDNN: float32 blocks of its input channels), ~1.2-1.5x wider than exact
+    and 2-3x cheaper -- else centred on the program's value), ``"fast"`` (always centred on
+    the value: no extra GEMM, up to 2x wider on point operands), ``"exact-center"`` (always a float64 centre) or ``"render"`` (RENDER's
     per-element scalar-loop bound, numba; for comparison).
     Usable as a decorator: ``@fpx.interval`` or ``@fpx.interval(policy="cuda")``.
 

@@ -1259,20 +1259,64 @@ def test_partial_sum_bound_holds_where_every_rounding_errs_maximally():
 
 def test_partial_sum_bound_halves_the_radius_of_cancelling_sums():
     """For terms of mixed signs the partial-sum form is about half the classic bound: a point
-    matmul's width against RENDER's γ_K·Σ|a||b| (never wider, median <= 0.6x), and a sum's
-    radius against (n-1)·u·Σ|x|."""
+    matmul's width against RENDER's γ_K·Σ|a||b| -- with the float64 centre median <= 0.6x,
+    with the default split-K float32 centre (whose own error adds ~1/4) <= 0.85x, never
+    wider -- and a sum's radius against (n-1)·u·Σ|x|."""
     rng = np.random.default_rng(31)
     A = rng.standard_normal((48, 512)).astype(np.float32)
     B = rng.standard_normal((512, 40)).astype(np.float32)
-    ours = _iv(fnp.matmul, A, B)
     rend = _iv(fnp.matmul, A, B, matmul="render")
-    ratio = f64(ours.width) / f64(rend.width)
-    assert ratio.max() <= 1.0 and np.median(ratio) <= 0.6, (ratio.max(), np.median(ratio))
-    assert ours.contains(A.astype(np.float64) @ B.astype(np.float64)).all()
+    for mode, med in (("exact-center", 0.6), ("midrad", 0.85)):
+        ours = _iv(fnp.matmul, A, B, matmul=mode)
+        ratio = f64(ours.width) / f64(rend.width)
+        assert ratio.max() <= 1.0 and np.median(ratio) <= med, (mode, ratio.max(), np.median(ratio))
+        assert ours.contains(A.astype(np.float64) @ B.astype(np.float64)).all()
     x = rng.standard_normal(100000).astype(np.float32)
     s = _iv(lambda t: fnp.sum(t), x)
     classic = (x.size - 1) * 2.0 ** -24 * np.sum(np.abs(f64(x)))
     assert (s.hi - s.lo) / 2 < 0.55 * classic and s.contains(math.fsum(f64(x)))
+
+
+def test_split_k_point_centre_is_sound_and_yields_to_the_float64_centre_where_wider():
+    """A float32 point matmul's default centre is two float32 GEMMs over the halves of K added
+    in float64 (``_split_point_bounds``): the bound holds the exact products (fsum of the
+    exact float64 products) and float32 runs in several orders; where terms do not cancel
+    (nonnegative data) its radius would pass the classic one, and the float64 centre runs."""
+    import sys
+    iv_mod = sys.modules["fpx.interval"]
+    rng = np.random.default_rng(33)
+    calls = []
+    real = iv_mod._K.split_center_bounds
+    iv_mod._K.split_center_bounds = lambda *a: (lambda r: calls.append(r[3]) or r)(real(*a))
+    try:
+        for A, B in ((rng.standard_normal((6, 300)), rng.standard_normal((300, 5))),
+                     (rng.uniform(0, 1, (6, 301)), rng.uniform(0, 1, (301, 5))),
+                     (rng.standard_normal((2, 3, 130)) * np.exp(rng.uniform(-20, 20, (1, 1, 130))),
+                      rng.standard_normal((130, 4)))):
+            A, B = A.astype(np.float32), B.astype(np.float32)
+            calls.clear()
+            out = _iv(fnp.matmul, A, B)
+            assert len(calls) == 1
+            P = A.astype(np.float64)[..., :, None] * B.astype(np.float64)[None, :, :]
+            exact = np.apply_along_axis(math.fsum, -2, P) if P.ndim == 3 else \
+                np.array([[[math.fsum(P[i, j, :, k]) for k in range(P.shape[-1])]
+                           for j in range(P.shape[1])] for i in range(P.shape[0])])
+            assert out.contains(exact).all()
+            p32 = (A[..., :, None] * B[None, :, :]) if A.ndim == 2 else \
+                (A[..., :, None] * B[None, None, :, :])
+            for order in (slice(None), slice(None, None, -1)):
+                y = np.cumsum(np.moveaxis(p32, -2, 0)[order], axis=0, dtype=np.float32)[-1]
+                assert out.contains(y).all()
+            assert out.contains(A @ B).all()
+            rend = _iv(fnp.matmul, A, B, matmul="render")
+            # (up to the rigorous factor of the radius's own float32 GEMM, 1/(1 - γ_{K+1}))
+            assert np.all(f64(out.width) <= f64(rend.width) * (1 + (A.shape[-1] + 1) * 2.0 ** -23))
+            if A.min() >= 0:
+                assert calls[0] > 0        # wider than the classic bound: the float64 centre
+            elif A.ndim == 2:
+                assert calls[0] == 0       # cancelling terms: the split centre's bound
+    finally:
+        iv_mod._K.split_center_bounds = real
 
 
 def test_probabilistic_bound_is_narrower():
