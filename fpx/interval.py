@@ -1288,35 +1288,87 @@ def _partial_sum_split(d_p, d, m):
     return (d_p + m * d / 2) / den * (1 + 6 * _E64), (m * d / 2) / den * (1 + 6 * _E64)
 
 
-def _split_point_bounds(self, pa, pb, Ah, Bh, K, sp, c, g64, absterm, top):
-    """Bounds of a float32 point matmul around a centre from two float32 GEMMs over the
-    halves of K, added in float64 -- one float32 GEMM's time against a float64 GEMM's two
-    (plus its operands' float64 copies). Each half's error (IEEE float32, any order) is
-    <= α_h·T_h + β_h·|E_h| <= (α_h·T_h + β_h·|C_h|)/(1 - β_h) (``_partial_sum_split``), so
-    the centre's error e_C <= (α_h·T + β_h·(|C_1| + |C_2|))/(1 - β_h) + 2^-53·|C| + underflow
-    and the radius α·T + β·|E| + e_C <= α·T + β·|C| + (1 + β)·e_C. None where it does not
-    apply, or where some element's radius would pass the classic bound (c + γ)·T around the
-    float64 centre (terms that do not cancel): the caller takes that centre."""
-    pa, pb = np.asarray(pa), np.asarray(pb)
-    if (self.matmul == "exact-center" or not sp.beta or K < 64 or pa.dtype != np.float32
-            or pb.dtype != np.float32 or pb.ndim != 2 or pa.ndim < 1):
-        return None
-    h = K // 2
-    consts = _partial_sum_split(2.0 ** -24, 2.0 ** -24, K - h - 1)
-    if consts is None:
+def _split_terms(sp, K):
+    """(f, sb, cb, add) of a centre from two float32 GEMMs over the halves of K, added in
+    float64: the radius α·T + β·|E| + e_C is at most ``f·T + sb·Σ|parts| + cb·|C| + add``.
+    Each half's error (IEEE float32, any order) is <= α_h·T_h + β_h·|E_h|
+    <= (α_h·T_h + β_h·|C_h|)/(1 - β_h) (``_partial_sum_split``), the float64 additions' error
+    <= 2^-52·Σ|parts|, so e_C <= (α_h·T + β_h·(|C_1| + |C_2|))/(1 - β_h) + 2^-52·Σ|parts| +
+    underflow, and α·T + β·|E| + e_C <= α·T + β·|C| + (1 + β)·e_C (|E| <= |C| + e_C). None
+    without the partial-sum form (its halves are then as wide as the whole)."""
+    consts = _partial_sum_split(2.0 ** -24, 2.0 ** -24, K - K // 2 - 1)
+    if consts is None or not sp.beta:
         return None
     a_h, b_h = consts
     k = 1 + 8 * _E64
-    e_t, e_s = a_h / (1 - b_h) * k, b_h / (1 - b_h) * k
-    f = (sp.alpha + (1 + sp.beta) * e_t) * k
-    add = absterm + (1 + sp.beta) * K * 2.0 ** -150 / (1 - b_h) * k
+    f = (sp.alpha + (1 + sp.beta) * a_h / (1 - b_h) * k) * k
+    sb = (1 + sp.beta) * (b_h / (1 - b_h) * k + 2.0 ** -52) * k
+    return f, sb, sp.beta, (1 + sp.beta) * K * 2.0 ** -150 / (1 - b_h) * k
+
+
+def _half_k(X, W):
+    """The two float32 GEMMs ``X[..., :h] @ W[:h]`` and ``X[..., h:] @ W[h:]`` (h = K/2; W 2-D,
+    views: BLAS takes the strides)."""
+    h = X.shape[-1] // 2
     with np.errstate(all="ignore"):
-        c1, c2 = _gemm(pa[..., :h], pb[:h]), _gemm(pa[..., h:], pb[h:])
-        R, f2, a2 = _gemm_upper_parts(Ah, Bh, K, True, f, add)
-    lo, hi, n_bad, n_wide = _K.split_center_bounds(
-        c1, c2, R, f2, a2, top, (sp.beta + (1 + sp.beta) * 2.0 ** -52) * k,
-        (1 + sp.beta) * e_s * k, f2 / f * (c + g64))
-    return None if n_bad or n_wide else (lo, hi)
+        return _gemm(X[..., :h], W[:h]), _gemm(X[..., h:], W[h:])
+
+
+def _split_ok(self, x, w, K):
+    """Is the split-K centre available: float32 NumPy operands (W 2-D), K >= 64, not
+    ``matmul="exact-center"``."""
+    return (self.matmul != "exact-center" and K >= 64 and isinstance(x, np.ndarray)
+            and isinstance(w, np.ndarray) and x.dtype == np.float32 and w.dtype == np.float32
+            and w.ndim == 2 and x.ndim >= 1)
+
+
+def _patch_wide(lo, hi, n_wide, R, f_cap, a, X, W, bias, sp, K, absterm, top):
+    """Where a split-K centre's radius passes the classic bound (``n_wide`` elements: terms
+    that do not cancel), those elements around their exact centre instead: float64 dot
+    products of their rows of X (M, K) and columns of W (K, N) -- exact products, the sum
+    within γ_K(u64)·T -- radius (α + γ(1 + β))·T + β·|C| (+ the bias, a third float64 term).
+    Any choice of elements is sound; this one keeps the bound within the classic one. False
+    (nothing patched) where more than 4096 elements or 1% would need it: then a float64 GEMM
+    is cheaper."""
+    N = W.shape[1]
+    if n_wide > max(4096, lo.size // 100) or not (lo.flags.c_contiguous and hi.flags.c_contiguous):
+        return False
+    lo2, hi2 = lo.reshape(-1, N), hi.reshape(-1, N)
+    with np.errstate(all="ignore"):
+        cap = np.asarray(R, np.float64).reshape(-1, N) * f_cap + a
+        r, o = np.nonzero((hi2 - lo2) * 0.5 > cap * (1 - 2.0 ** -40))
+        x64, w64 = X[r].astype(np.float64), W[:, o].T.astype(np.float64)
+        C, T = np.einsum("ik,ik->i", x64, w64), np.einsum("ik,ik->i", np.abs(x64), np.abs(w64))
+        g = _gamma(K + 2, 2.0 ** -53)
+        if bias is not None:
+            C, T = C + bias[o], T + np.abs(bias[o])
+        T = T * (1 + g) * (1 + 4 * _E64)
+        l2, h2, _ = _K.center_bounds(C, T, (sp.alpha + g * (1 + sp.beta)) * (1 + 8 * _E64),
+                                     absterm, top, sp.beta + 2.0 ** -51)
+    lo2[r, o], hi2[r, o] = l2, h2
+    return True
+
+
+def _split_point_bounds(self, pa, pb, Ah, Bh, K, sp, c, g64, absterm, top):
+    """Bounds of a float32 point matmul around the split-K centre (``_split_terms``): one
+    float32 GEMM's time against a float64 GEMM's two plus its operands' float64 copies.
+    None where it does not apply, or where some element's radius would pass the classic
+    bound (c + γ)·T around the float64 centre (terms that do not cancel: nonnegative data, a
+    few dominant terms): the caller takes that centre."""
+    pa, pb = np.asarray(pa), np.asarray(pb)
+    terms = _split_terms(sp, K) if _split_ok(self, pa, pb, K) else None
+    if terms is None:
+        return None
+    f, sb, cb, add = terms
+    c1, c2 = _half_k(pa, pb)
+    with np.errstate(all="ignore"):
+        R, f2, a2 = _gemm_upper_parts(Ah, Bh, K, True, f, absterm + add)
+    f_cap = f2 / f * (c + g64)
+    lo, hi, n_bad, n_wide = _K.split_center_bounds(c1, c2, 0.0, R, f2, a2, top, cb, sb, f_cap)
+    if n_bad or (n_wide and not _patch_wide(lo, hi, n_wide, R, f_cap, a2, pa.reshape(-1, K), pb,
+                                            None, sp, K, absterm, top)):
+        return None
+    return lo, hi
 
 
 def _f32_upper(X):
@@ -1616,19 +1668,22 @@ def _weighted_value_centred(self, prim, x, w, b, params):
             if not np.all(np.isfinite(vx)):
                 return None
             L, m = np.abs(vx), float(np.max(np.abs(vx), initial=0.0))
-            exact = True
-            center, c_rel, c_abs = _point_centre(self, prim, vx, wc, bc if in_sum else None,
-                                                 params, K)
-            f = _up(sp.alpha + c_rel * (1 + sp.beta), 3)
-            absterm += c_abs * (1 + sp.beta) * (1 + 2 * _E64)
-            cb = sp.beta
+            exact, cb = True, sp.beta
             bias_r = np.abs(bc) if in_sum else None
+            # a linear layer's float32 point input: the split-K centre (``_split_terms``)
+            split = (_split_terms(sp, K) if prim.name == "linear"
+                     and _split_ok(self, vx, wc.T, wc.shape[-1]) else None)
+            if split is not None:
+                f = split[0]
+            else:
+                center, f, absterm = _own_point_centre(self, prim, vx, wc, bc, in_sum, params,
+                                                       K, sp, absterm)
         else:
             # value-centred: L = 2α·(|v| + r) + r per input element (see _Split)
             L, st = _K.mm_left(vx, x.lo, x.hi, 2 * sp.alpha, stats=True)
             if not (all(np.isfinite(st)) and (x.point or st[0] >= 4 * c * st[1] * 1.01)):
                 return None
-            m, exact, f, cb = st[2], False, 1.0, sp.cb
+            m, exact, f, cb, split = st[2], False, 1.0, sp.cb, None
             bias_r = (_f32_upper(_up(2 * sp.alpha * np.abs(bc.astype(np.float64)), 2))
                       if in_sum else None)
         if in_sum:
@@ -1640,12 +1695,30 @@ def _weighted_value_centred(self, prim, x, w, b, params):
         rad = _weighted_radius(self, prim, L, absw, bias_r, params, K, f)
         if not (np.all(np.isfinite(concrete(v))) and np.all(np.isfinite(rad[0]))):
             return None
-        rad = (rad[0], rad[1], rad[2] + absterm)
-        if not exact:
-            center = _centre_of(v)
-            rad = _out_rounding(self, sp.scaled(rad), center, F_out, F_acc)
         top = F_acc.max if F_acc.has_inf else math.inf
-        lo, hi, n_bad = _K.center_bounds(center, *rad, top, cb)
+        n_bad = 1
+        if split is not None:     # the halves' GEMMs; the float64 centre where that is wider
+            X = vx.reshape(-1, wc.shape[-1])
+            c1, c2 = _half_k(X, wc.T)
+            out_shape = vx.shape[:-1] + (wc.shape[0],)
+            b64 = bc.astype(np.float64) if in_sum else None
+            f_cap, a_s = rad[1] / f * (c + _gamma(K + 2, 2.0 ** -53)), rad[2] + absterm + split[3]
+            lo, hi, n_bad, n_wide = _K.split_center_bounds(
+                c1.reshape(out_shape), c2.reshape(out_shape), 0.0 if b64 is None else b64,
+                rad[0], rad[1], a_s, top, cb, split[1], f_cap)
+            if not n_bad and n_wide and not _patch_wide(lo, hi, n_wide, rad[0], f_cap, a_s, X,
+                                                        wc.T, b64, sp, K, absterm, top):
+                n_bad = n_wide
+            if n_bad:
+                center, f2, absterm = _own_point_centre(self, prim, vx, wc, bc, in_sum, params,
+                                                        K, sp, absterm)
+                rad = (rad[0], rad[1] / f * f2, rad[2] / f * f2)
+        if n_bad:
+            rad = (rad[0], rad[1], rad[2] + absterm)
+            if not exact:
+                center = _centre_of(v)
+                rad = _out_rounding(self, sp.scaled(rad), center, F_out, F_acc)
+            lo, hi, n_bad = _K.center_bounds(center, *rad, top, cb)
         if n_bad:
             return None
         if F_out.name != F_acc.name:
@@ -1656,6 +1729,15 @@ def _weighted_value_centred(self, prim, x, w, b, params):
     if prim.name == "linear":
         return y + bc                                                   # the add rule
     return y + np.reshape(bc, (np.shape(wc)[0],) + (1,) * (np.ndim(wc) - 2))
+
+
+def _own_point_centre(self, prim, x, w, b, in_sum, params, K, sp, absterm):
+    """(centre C, f, absterm) for a point activation: the radius α·T + β·|E| + e with
+    |E| <= |C| + e, e <= rel·T + abs the centre's error (``_point_centre``), is at most
+    f·T + β·|C| + absterm."""
+    center, c_rel, c_abs = _point_centre(self, prim, x, w, b if in_sum else None, params, K)
+    return (center, _up(sp.alpha + c_rel * (1 + sp.beta), 3),
+            absterm + c_abs * (1 + sp.beta) * (1 + 2 * _E64))
 
 
 def _weighted_radius(self, prim, L, absw, bias_r, params, K, scale):

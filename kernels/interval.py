@@ -23,8 +23,8 @@ rounding error and map overflow to infinity; these do it in one pass per bound.
 * ``center_bounds(c, R, f, a, top, b)`` -> (lo, hi, n_bad): ``c ∓ (rad·(1+8ε) + |c|·(b+8ε) +
   2^-1074)`` with ``rad = scale_up(R, f, a)`` computed on the fly (the GEMM radius needs no array of its own),
   overflow past ``top`` mapped to ∓inf; both bounds in one pass.
-* ``split_center_bounds(c1, c2, R, f, a, top, b, sb, f_cap)``: the same around a centre
-  given in two float32 parts (a split-K GEMM's blocks), plus ``sb·(|c1| + |c2|)``.
+* ``split_center_bounds(c1, c2, c3, R, f, a, top, b, sb, f_cap)``: the same around a centre
+  given in parts (a split-K GEMM's two float32 blocks and a bias), plus ``sb·Σ|c_i|``.
 
 Each is one compiled loop over (rows, last axis) blocks of contiguous memory (the inner loop
 vectorizes; a numba ``vectorize`` ufunc calls its scalar kernel per element and ran ~5x
@@ -433,17 +433,18 @@ def center_bounds(c, R, f, a, top, b=0.0):
 
 
 @numba.njit(cache=True, error_model="numpy")
-def _split_center_loop(c1, c2, R, f, a, cb, sb, f_cap, top, lo, hi):
+def _split_center_loop(c1, c2, c3, R, f, a, cb, sb, f_cap, top, lo, hi):
     n_bad = 0
     n_wide = 0
     for i in range(lo.shape[0]):
         for j in range(lo.shape[1]):
             x1 = np.float64(_at(c1, i, j))
             x2 = np.float64(_at(c2, i, j))
-            cc = x1 + x2
+            x3 = np.float64(_at(c3, i, j))
+            cc = (x1 + x2) + x3
             rr = np.float64(_at(R, i, j))
             base = rr * _at(f, i, j) + _at(a, i, j)
-            rad = (base + (abs(x1) + abs(x2)) * sb) * (1.0 + 4 * _E) + _TINY
+            rad = (base + (abs(x1) + abs(x2) + abs(x3)) * sb) * (1.0 + 4 * _E) + _TINY
             d = rad * (1.0 + 8 * _E) + min(abs(cc), _MAX) * cb + _TINY
             n_wide += d > rr * f_cap + _at(a, i, j)
             y = cc - d
@@ -454,15 +455,15 @@ def _split_center_loop(c1, c2, R, f, a, cb, sb, f_cap, top, lo, hi):
     return n_bad, n_wide
 
 
-def split_center_bounds(c1, c2, R, f, a, top, b, sb, f_cap):
-    """(lo, hi, n_bad, n_wide) for a centre given as two float32 parts c = c1 + c2 (the
-    blocks of a split-K GEMM, added here in float64): ``c ∓ (R·f + a + sb·(|c1| + |c2|) +
-    |c|·(b + 8ε))`` (outward as ``center_bounds``); ``n_wide`` counts elements whose radius
+def split_center_bounds(c1, c2, c3, R, f, a, top, b, sb, f_cap):
+    """(lo, hi, n_bad, n_wide) for a centre given in parts c = c1 + c2 + c3 (the blocks of a
+    split-K GEMM and a bias, added here in float64): ``c ∓ (R·f + a + sb·(|c1| + |c2| + |c3|)
+    + |c|·(b + 8ε))`` (outward as ``center_bounds``); ``n_wide`` counts elements whose radius
     passes ``R·f_cap + a`` (where the caller prefers another centre)."""
-    (c1, c2, R, f, a), (lo, hi), shape, (rlo, rhi) = _flat((c1, c2, R, f, a),
-                                                           (np.float64, np.float64))
+    (c1, c2, c3, R, f, a), (lo, hi), shape, (rlo, rhi) = _flat((c1, c2, c3, R, f, a),
+                                                               (np.float64, np.float64))
     cb = (float(b) + 8 * _E) * (1.0 + 4 * _E)
-    n_bad, n_wide = _split_center_loop(c1, c2, R, f, a, cb, float(sb) * (1.0 + 4 * _E),
+    n_bad, n_wide = _split_center_loop(c1, c2, c3, R, f, a, cb, float(sb) * (1.0 + 4 * _E),
                                        float(f_cap), float(top), lo, hi)
     return _result(rlo, shape), _result(rhi, shape), n_bad, n_wide
 
