@@ -1277,89 +1277,85 @@ def test_partial_sum_bound_halves_the_radius_of_cancelling_sums():
     assert (s.hi - s.lo) / 2 < 0.55 * classic and s.contains(math.fsum(f64(x)))
 
 
-def test_split_k_point_centre_is_sound_and_yields_to_the_float64_centre_where_wider():
+def _split_wide_counts(monkeypatch):
+    """Record ``n_wide`` of every split-K centre (``split_center_bounds``) during the test."""
+    import sys
+    kernels = sys.modules["fpx.interval"]._K
+    calls, real = [], kernels.split_center_bounds
+    monkeypatch.setattr(kernels, "split_center_bounds",
+                        lambda *a: (lambda r: calls.append(r[3]) or r)(real(*a)))
+    return calls
+
+
+def test_split_k_point_centre_is_sound_and_yields_to_the_float64_centre_where_wider(monkeypatch):
     """A float32 point matmul's default centre is two float32 GEMMs over the halves of K added
     in float64 (``_split_point_bounds``): the bound holds the exact products (fsum of the
     exact float64 products) and float32 runs in several orders; where terms do not cancel its
     radius would pass the classic one: the float64 centre runs (nonnegative data), or, for a
     few such elements (one row and one column of one sign), their float64 dot products."""
-    import sys
-    iv_mod = sys.modules["fpx.interval"]
     rng = np.random.default_rng(33)
-    calls = []
-    real = iv_mod._K.split_center_bounds
-    iv_mod._K.split_center_bounds = lambda *a: (lambda r: calls.append(r[3]) or r)(real(*a))
-    try:
-        one_sign = rng.standard_normal((6, 300)), rng.standard_normal((300, 5))
-        one_sign[0][2], one_sign[1][:, 3] = np.abs(one_sign[0][2]), np.abs(one_sign[1][:, 3])
-        one_sign = tuple(z.astype(np.float32) for z in one_sign)
-        for A, B in ((rng.standard_normal((6, 300)), rng.standard_normal((300, 5))),
-                     (rng.uniform(0, 1, (6, 301)), rng.uniform(0, 1, (301, 5))),
-                     (rng.standard_normal((2, 3, 130)) * np.exp(rng.uniform(-20, 20, (1, 1, 130))),
-                      rng.standard_normal((130, 4))),
-                     one_sign):
-            A, B = A.astype(np.float32), B.astype(np.float32)
-            calls.clear()
-            out = _iv(fnp.matmul, A, B)
-            assert len(calls) == 1
-            P = A.astype(np.float64)[..., :, None] * B.astype(np.float64)[None, :, :]
-            exact = np.apply_along_axis(math.fsum, -2, P) if P.ndim == 3 else \
-                np.array([[[math.fsum(P[i, j, :, k]) for k in range(P.shape[-1])]
-                           for j in range(P.shape[1])] for i in range(P.shape[0])])
-            assert out.contains(exact).all()
-            p32 = (A[..., :, None] * B[None, :, :]) if A.ndim == 2 else \
-                (A[..., :, None] * B[None, None, :, :])
-            for order in (slice(None), slice(None, None, -1)):
-                y = np.cumsum(np.moveaxis(p32, -2, 0)[order], axis=0, dtype=np.float32)[-1]
-                assert out.contains(y).all()
-            assert out.contains(A @ B).all()
-            rend = _iv(fnp.matmul, A, B, matmul="render")
-            # (up to the rigorous factor of the radius's own float32 GEMM, 1/(1 - γ_{K+1}))
-            assert np.all(f64(out.width) <= f64(rend.width) * (1 + (A.shape[-1] + 1) * 2.0 ** -23))
-            if A.min() >= 0:
-                assert calls[0] > 0        # wider than the classic bound: the float64 centre
-            elif np.array_equal(A, one_sign[0]):   # element (2, 3) alone: its exact centre
-                assert calls[0] == 1 and out.width[2, 3] <= rend.width[2, 3]
-            elif A.ndim == 2:
-                assert calls[0] == 0       # cancelling terms: the split centre's bound
-    finally:
-        iv_mod._K.split_center_bounds = real
+    calls = _split_wide_counts(monkeypatch)
+    one_sign = rng.standard_normal((6, 300)), rng.standard_normal((300, 5))
+    one_sign[0][2], one_sign[1][:, 3] = np.abs(one_sign[0][2]), np.abs(one_sign[1][:, 3])
+    one_sign = tuple(z.astype(np.float32) for z in one_sign)
+    for A, B in ((rng.standard_normal((6, 300)), rng.standard_normal((300, 5))),
+                 (rng.uniform(0, 1, (6, 301)), rng.uniform(0, 1, (301, 5))),
+                 (rng.standard_normal((2, 3, 130)) * np.exp(rng.uniform(-20, 20, (1, 1, 130))),
+                  rng.standard_normal((130, 4))),
+                 one_sign):
+        A, B = A.astype(np.float32), B.astype(np.float32)
+        calls.clear()
+        out = _iv(fnp.matmul, A, B)
+        assert len(calls) == 1
+        P = A.astype(np.float64)[..., :, None] * B.astype(np.float64)[None, :, :]
+        exact = np.apply_along_axis(math.fsum, -2, P) if P.ndim == 3 else \
+            np.array([[[math.fsum(P[i, j, :, k]) for k in range(P.shape[-1])]
+                       for j in range(P.shape[1])] for i in range(P.shape[0])])
+        assert out.contains(exact).all()
+        p32 = (A[..., :, None] * B[None, :, :]) if A.ndim == 2 else \
+            (A[..., :, None] * B[None, None, :, :])
+        for order in (slice(None), slice(None, None, -1)):
+            y = np.cumsum(np.moveaxis(p32, -2, 0)[order], axis=0, dtype=np.float32)[-1]
+            assert out.contains(y).all()
+        assert out.contains(A @ B).all()
+        rend = _iv(fnp.matmul, A, B, matmul="render")
+        # (up to the rigorous factor of the radius's own float32 GEMM, 1/(1 - γ_{K+1}))
+        assert np.all(f64(out.width) <= f64(rend.width) * (1 + (A.shape[-1] + 1) * 2.0 ** -23))
+        if A.min() >= 0:
+            assert calls[0] > 0        # wider than the classic bound: the float64 centre
+        elif np.array_equal(A, one_sign[0]):   # element (2, 3) alone: its exact centre
+            assert calls[0] == 1 and out.width[2, 3] <= rend.width[2, 3]
+        elif A.ndim == 2:
+            assert calls[0] == 0       # cancelling terms: the split centre's bound
 
 
 @pytest.mark.parametrize("in_sum", [False, True])
-def test_split_k_point_centre_of_a_linear_layer(in_sum):
+def test_split_k_point_centre_of_a_linear_layer(in_sum, monkeypatch):
     """fpx.nn.linear of a float32 point input takes the same split-K centre (the bias, in the
     sum, as a third part added in float64): sound against the exact sums and float32 runs in
     two orders, at most ~1.5x as wide as with the float64 centre (the split's price), and the
     float64 centre where terms do not cancel."""
-    import sys
-    iv_mod = sys.modules["fpx.interval"]
     rng = np.random.default_rng(34)
-    calls = []
-    real = iv_mod._K.split_center_bounds
-    iv_mod._K.split_center_bounds = lambda *a: (lambda r: calls.append(r[3]) or r)(real(*a))
-    try:
-        for positive in (False, True):
-            gen = (lambda *sh: rng.uniform(0, 1, sh)) if positive else (lambda *sh: rng.standard_normal(sh))
-            x, w, b = (gen(*sh).astype(np.float32) for sh in ((3, 5, 200), (7, 200), (7,)))
+    calls = _split_wide_counts(monkeypatch)
+    for positive in (False, True):
+        gen = (lambda *sh: rng.uniform(0, 1, sh)) if positive else (lambda *sh: rng.standard_normal(sh))
+        x, w, b = (gen(*sh).astype(np.float32) for sh in ((3, 5, 200), (7, 200), (7,)))
 
-            def f(h):
-                return fnn.linear(h, w, b, bias_in_sum=in_sum)
-            calls.clear()
-            out = fpx.interval(f)(x)
-            ex = fpx.interval(f, matmul="exact-center")(x)
-            assert len(calls) == 1 and (calls[0] > 0) == positive
-            x64, w64 = x.astype(np.float64), w.astype(np.float64)
-            exact = np.array([[[math.fsum(list(x64[i, j] * w64[o]) + [float(b[o])])
-                                for o in range(7)] for j in range(5)] for i in range(3)])
-            assert out.contains(exact).all() and out.contains(f(x)).all()
-            for order in (slice(None), slice(None, None, -1)):
-                y = np.cumsum((x[..., None, :] * w)[..., order], axis=-1, dtype=np.float32)[..., -1]
-                assert out.contains((y + b).astype(np.float32)).all()
-            # the halves' error (α_h ≈ α/2) next to α: ~1.5x the float64 centre's bound
-            assert np.all(out.width <= ex.width * (1.75 if not positive else 1 + 1e-9))
-    finally:
-        iv_mod._K.split_center_bounds = real
+        def f(h):
+            return fnn.linear(h, w, b, bias_in_sum=in_sum)
+        calls.clear()
+        out = fpx.interval(f)(x)
+        ex = fpx.interval(f, matmul="exact-center")(x)
+        assert len(calls) == 1 and (calls[0] > 0) == positive
+        x64, w64 = x.astype(np.float64), w.astype(np.float64)
+        exact = np.array([[[math.fsum(list(x64[i, j] * w64[o]) + [float(b[o])])
+                            for o in range(7)] for j in range(5)] for i in range(3)])
+        assert out.contains(exact).all() and out.contains(f(x)).all()
+        for order in (slice(None), slice(None, None, -1)):
+            y = np.cumsum((x[..., None, :] * w)[..., order], axis=-1, dtype=np.float32)[..., -1]
+            assert out.contains((y + b).astype(np.float32)).all()
+        # the halves' error (α_h ≈ α/2) next to α: ~1.5x the float64 centre's bound
+        assert np.all(out.width <= ex.width * (1.75 if not positive else 1 + 1e-9))
 
 
 def test_probabilistic_bound_is_narrower():
