@@ -1349,6 +1349,21 @@ def _patch_wide(lo, hi, n_wide, R, f_cap, a, X, W, bias, sp, K, absterm, top):
     return True
 
 
+def _around_split_centre(X, W, bias, out_shape, R, f, a, f_cap, terms, sp, K, absterm, top):
+    """(lo, hi) around the split-K centre of X (M, K) @ W (K, N) (+ a float64 bias row):
+    radius ``R·f + a`` (the T part, ``terms``' add included) plus the centre terms of
+    ``_split_terms``; elements past ``R·f_cap + a`` patched (``_patch_wide``). None where a
+    centre is not finite or too many elements would need patching."""
+    c1, c2 = _half_k(X, W)
+    lo, hi, n_bad, n_wide = _K.split_center_bounds(
+        c1.reshape(out_shape), c2.reshape(out_shape), 0.0 if bias is None else bias, R, f, a,
+        top, terms[2], terms[1], f_cap)
+    if n_bad or (n_wide and not _patch_wide(lo, hi, n_wide, R, f_cap, a, X, W, bias, sp, K,
+                                            absterm, top)):
+        return None
+    return lo, hi
+
+
 def _split_point_bounds(self, pa, pb, Ah, Bh, K, sp, c, g64, absterm, top):
     """Bounds of a float32 point matmul around the split-K centre (``_split_terms``): one
     float32 GEMM's time against a float64 GEMM's two plus its operands' float64 copies.
@@ -1359,16 +1374,10 @@ def _split_point_bounds(self, pa, pb, Ah, Bh, K, sp, c, g64, absterm, top):
     terms = _split_terms(sp, K) if _split_ok(self, pa, pb, K) else None
     if terms is None:
         return None
-    f, sb, cb, add = terms
-    c1, c2 = _half_k(pa, pb)
     with np.errstate(all="ignore"):
-        R, f2, a2 = _gemm_upper_parts(Ah, Bh, K, True, f, absterm + add)
-    f_cap = f2 / f * (c + g64)
-    lo, hi, n_bad, n_wide = _K.split_center_bounds(c1, c2, 0.0, R, f2, a2, top, cb, sb, f_cap)
-    if n_bad or (n_wide and not _patch_wide(lo, hi, n_wide, R, f_cap, a2, pa.reshape(-1, K), pb,
-                                            None, sp, K, absterm, top)):
-        return None
-    return lo, hi
+        R, f2, a2 = _gemm_upper_parts(Ah, Bh, K, True, terms[0], absterm + terms[3])
+    return _around_split_centre(pa.reshape(-1, K), pb, None, pa.shape[:-1] + pb.shape[-1:], R,
+                                f2, a2, f2 / terms[0] * (c + g64), terms, sp, K, absterm, top)
 
 
 def _f32_upper(X):
@@ -1696,24 +1705,19 @@ def _weighted_value_centred(self, prim, x, w, b, params):
         if not (np.all(np.isfinite(concrete(v))) and np.all(np.isfinite(rad[0]))):
             return None
         top = F_acc.max if F_acc.has_inf else math.inf
-        n_bad = 1
+        bounds = None
         if split is not None:     # the halves' GEMMs; the float64 centre where that is wider
-            X = vx.reshape(-1, wc.shape[-1])
-            c1, c2 = _half_k(X, wc.T)
-            out_shape = vx.shape[:-1] + (wc.shape[0],)
-            b64 = bc.astype(np.float64) if in_sum else None
-            f_cap, a_s = rad[1] / f * (c + _gamma(K + 2, 2.0 ** -53)), rad[2] + absterm + split[3]
-            lo, hi, n_bad, n_wide = _K.split_center_bounds(
-                c1.reshape(out_shape), c2.reshape(out_shape), 0.0 if b64 is None else b64,
-                rad[0], rad[1], a_s, top, cb, split[1], f_cap)
-            if not n_bad and n_wide and not _patch_wide(lo, hi, n_wide, rad[0], f_cap, a_s, X,
-                                                        wc.T, b64, sp, K, absterm, top):
-                n_bad = n_wide
-            if n_bad:
+            bounds = _around_split_centre(
+                vx.reshape(-1, wc.shape[-1]), wc.T, bc.astype(np.float64) if in_sum else None,
+                vx.shape[:-1] + (wc.shape[0],), rad[0], rad[1], rad[2] + absterm + split[3],
+                rad[1] / f * (c + _gamma(K + 2, 2.0 ** -53)), split, sp, K, absterm, top)
+            if bounds is None:
                 center, f2, absterm = _own_point_centre(self, prim, vx, wc, bc, in_sum, params,
                                                         K, sp, absterm)
                 rad = (rad[0], rad[1] / f * f2, rad[2] / f * f2)
-        if n_bad:
+        if bounds is not None:
+            (lo, hi), n_bad = bounds, 0
+        else:
             rad = (rad[0], rad[1], rad[2] + absterm)
             if not exact:
                 center = _centre_of(v)
