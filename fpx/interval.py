@@ -1322,21 +1322,16 @@ def _split_ok(self, x, w, K):
             and w.ndim == 2 and x.ndim >= 1)
 
 
-def _patch_wide(lo, hi, n_wide, R, f_cap, a, X, W, bias, sp, K, absterm, top):
-    """Where a split-K centre's radius passes the classic bound (``n_wide`` elements: terms
-    that do not cancel), those elements around their exact centre instead: float64 dot
-    products of their rows of X (M, K) and columns of W (K, N) -- exact products, the sum
-    within γ_K(u64)·T -- radius (α + γ(1 + β))·T + β·|C| (+ the bias, a third float64 term).
-    Any choice of elements is sound; this one keeps the bound within the classic one. False
-    (nothing patched) where more than 4096 elements or 1% would need it: then a float64 GEMM
-    is cheaper."""
+def _patch_wide(lo, hi, wide, X, W, bias, sp, K, absterm, top):
+    """Where a split-K centre's radius passes the classic bound (``wide``: the elements' flat
+    indices, terms that do not cancel), those elements around their exact centre instead:
+    float64 dot products of their rows of X (M, K) and columns of W (K, N) -- exact products,
+    the sum within γ_K(u64)·T -- radius (α + γ(1 + β))·T + β·|C| (+ the bias, a third float64
+    term). Any choice of elements is sound; this one keeps the bound within the classic one."""
     N = W.shape[1]
-    if n_wide > max(4096, lo.size // 100) or not (lo.flags.c_contiguous and hi.flags.c_contiguous):
-        return False
     lo2, hi2 = lo.reshape(-1, N), hi.reshape(-1, N)
+    r, o = np.divmod(wide, N)
     with np.errstate(all="ignore"):
-        cap = np.asarray(R, np.float64).reshape(-1, N) * f_cap + a
-        r, o = np.nonzero((hi2 - lo2) * 0.5 > cap * (1 - 2.0 ** -40))
         x64, w64 = X[r].astype(np.float64), W[:, o].T.astype(np.float64)
         C, T = np.einsum("ik,ik->i", x64, w64), np.einsum("ik,ik->i", np.abs(x64), np.abs(w64))
         g = _gamma(K + 2, 2.0 ** -53)
@@ -1346,21 +1341,23 @@ def _patch_wide(lo, hi, n_wide, R, f_cap, a, X, W, bias, sp, K, absterm, top):
         l2, h2, _ = _K.center_bounds(C, T, (sp.alpha + g * (1 + sp.beta)) * (1 + 8 * _E64),
                                      absterm, top, sp.beta + 2.0 ** -51)
     lo2[r, o], hi2[r, o] = l2, h2
-    return True
 
 
 def _around_split_centre(X, W, bias, out_shape, R, f, a, f_cap, terms, sp, K, absterm, top):
     """(lo, hi) around the split-K centre of X (M, K) @ W (K, N) (+ a float64 bias row):
     radius ``R·f + a`` (the T part, ``terms``' add included) plus the centre terms of
-    ``_split_terms``; elements past ``R·f_cap + a`` patched (``_patch_wide``). None where a
-    centre is not finite or too many elements would need patching."""
+    ``_split_terms``; elements past ``R·f_cap + a`` get exact centres (``_patch_wide``) where
+    they are at most 4096 (or 1%; beyond that a float64 GEMM is cheaper). None where a centre
+    is not finite or too many elements would need patching."""
     c1, c2 = _half_k(X, W)
-    lo, hi, n_bad, n_wide = _K.split_center_bounds(
+    size = int(np.prod(out_shape))
+    lo, hi, n_bad, wide = _K.split_center_bounds(
         c1.reshape(out_shape), c2.reshape(out_shape), 0.0 if bias is None else bias, R, f, a,
-        top, terms[2], terms[1], f_cap)
-    if n_bad or (n_wide and not _patch_wide(lo, hi, n_wide, R, f_cap, a, X, W, bias, sp, K,
-                                            absterm, top)):
+        top, terms[2], terms[1], f_cap, max(4096, size // 100))
+    if n_bad or wide is None:
         return None
+    if wide.size:
+        _patch_wide(lo, hi, wide, X, W, bias, sp, K, absterm, top)
     return lo, hi
 
 

@@ -432,40 +432,61 @@ def center_bounds(c, R, f, a, top, b=0.0):
     return _result(rlo, shape), _result(rhi, shape), n_bad
 
 
+@numba.njit(inline="always")
+def _split_elem(c1, c2, c3, R, f, a, cb, sb, i, j):
+    """One element of ``split_center_bounds``: (centre, radius, the radius's T part R·f + a's
+    own R) -- the same code in the vectorized pass and the rescan of a row with wide elements."""
+    x1 = np.float64(_at(c1, i, j))
+    x2 = np.float64(_at(c2, i, j))
+    x3 = np.float64(_at(c3, i, j))
+    cc = (x1 + x2) + x3
+    rr = np.float64(_at(R, i, j))
+    base = rr * _at(f, i, j) + _at(a, i, j)
+    rad = (base + (abs(x1) + abs(x2) + abs(x3)) * sb) * (1.0 + 4 * _E) + _TINY
+    d = rad * (1.0 + 8 * _E) + min(abs(cc), _MAX) * cb + _TINY
+    return cc, d, rr
+
+
 @numba.njit(cache=True, error_model="numpy")
-def _split_center_loop(c1, c2, c3, R, f, a, cb, sb, f_cap, top, lo, hi):
+def _split_center_loop(c1, c2, c3, R, f, a, cb, sb, f_cap, top, lo, hi, wide):
     n_bad = 0
     n_wide = 0
+    cols = lo.shape[1]
     for i in range(lo.shape[0]):
-        for j in range(lo.shape[1]):
-            x1 = np.float64(_at(c1, i, j))
-            x2 = np.float64(_at(c2, i, j))
-            x3 = np.float64(_at(c3, i, j))
-            cc = (x1 + x2) + x3
-            rr = np.float64(_at(R, i, j))
-            base = rr * _at(f, i, j) + _at(a, i, j)
-            rad = (base + (abs(x1) + abs(x2) + abs(x3)) * sb) * (1.0 + 4 * _E) + _TINY
-            d = rad * (1.0 + 8 * _E) + min(abs(cc), _MAX) * cb + _TINY
-            n_wide += d > rr * f_cap + _at(a, i, j)
+        row_wide = 0
+        for j in range(cols):
+            cc, d, rr = _split_elem(c1, c2, c3, R, f, a, cb, sb, i, j)
+            row_wide += d > rr * f_cap + _at(a, i, j)
             y = cc - d
             lo[i, j] = -math.inf if y < -top else y
             z = cc + d
             hi[i, j] = math.inf if z > top else z
             n_bad += (abs(cc) == math.inf) | (cc != cc) | (y != y) | (z != z)
+        if row_wide and n_wide + row_wide <= wide.shape[0]:
+            for j in range(cols):        # rare: where, for the caller's exact centres
+                cc, d, rr = _split_elem(c1, c2, c3, R, f, a, cb, sb, i, j)
+                if d > rr * f_cap + _at(a, i, j):
+                    wide[n_wide] = i * cols + j
+                    n_wide += 1
+        else:
+            n_wide += row_wide
     return n_bad, n_wide
 
 
-def split_center_bounds(c1, c2, c3, R, f, a, top, b, sb, f_cap):
-    """(lo, hi, n_bad, n_wide) for a centre given in parts c = c1 + c2 + c3 (the blocks of a
+def split_center_bounds(c1, c2, c3, R, f, a, top, b, sb, f_cap, max_wide=0):
+    """(lo, hi, n_bad, wide) for a centre given in parts c = c1 + c2 + c3 (the blocks of a
     split-K GEMM and a bias, added here in float64): ``c ∓ (R·f + a + sb·(|c1| + |c2| + |c3|)
-    + |c|·(b + 8ε))`` (outward as ``center_bounds``); ``n_wide`` counts elements whose radius
-    passes ``R·f_cap + a`` (where the caller prefers another centre)."""
+    + |c|·(b + 8ε))`` (outward as ``center_bounds``). ``wide``: the flat (C-order) indices of
+    the elements whose radius passes ``R·f_cap + a`` (where the caller prefers another centre),
+    or None where there are more than ``max_wide`` of them or the result is not C-ordered."""
     (c1, c2, c3, R, f, a), (lo, hi), shape, (rlo, rhi) = _flat((c1, c2, c3, R, f, a),
                                                                (np.float64, np.float64))
     cb = (float(b) + 8 * _E) * (1.0 + 4 * _E)
+    wide = np.empty(max_wide, np.int64)
     n_bad, n_wide = _split_center_loop(c1, c2, c3, R, f, a, cb, float(sb) * (1.0 + 4 * _E),
-                                       float(f_cap), float(top), lo, hi)
-    return _result(rlo, shape), _result(rhi, shape), n_bad, n_wide
+                                       float(f_cap), float(top), lo, hi, wide)
+    ok = n_wide <= max_wide and rlo.flags.c_contiguous and rhi.flags.c_contiguous
+    return _result(rlo, shape), _result(rhi, shape), n_bad, wide[:n_wide] if ok else None
 
 
 @numba.njit(inline="always")
@@ -480,92 +501,201 @@ def _nmin(a, b):
     return a if (a < b or a != a) else b
 
 
+@numba.njit(inline="always")
+def _row_max(x):
+    """max of a 1-D array of finite floats (-inf if empty) over eight independent lanes (one
+    running max is a chain of dependent compares that does not vectorize: 2x slower, NumPy's
+    axis reduction of short rows 4x)."""
+    n = x.shape[0]
+    a0 = a1 = a2 = a3 = a4 = a5 = a6 = a7 = -math.inf
+    j = 0
+    while j + 8 <= n:
+        a0, a1, a2, a3 = max(a0, x[j]), max(a1, x[j + 1]), max(a2, x[j + 2]), max(a3, x[j + 3])
+        a4, a5, a6, a7 = (max(a4, x[j + 4]), max(a5, x[j + 5]), max(a6, x[j + 6]),
+                          max(a7, x[j + 7]))
+        j += 8
+    while j < n:
+        a0 = max(a0, x[j])
+        j += 1
+    return max(max(max(a0, a1), max(a2, a3)), max(max(a4, a5), max(a6, a7)))
+
+
+@numba.njit(inline="always")
+def _row_sum(x):
+    """Σ x of a 1-D float64 array over eight lanes (vectorizes; any order's error is the
+    caller's γ_{n}(u64))."""
+    n = x.shape[0]
+    a0 = a1 = a2 = a3 = a4 = a5 = a6 = a7 = 0.0
+    j = 0
+    while j + 8 <= n:
+        a0, a1, a2, a3 = a0 + x[j], a1 + x[j + 1], a2 + x[j + 2], a3 + x[j + 3]
+        a4, a5, a6, a7 = a4 + x[j + 4], a5 + x[j + 5], a6 + x[j + 6], a7 + x[j + 7]
+        j += 8
+    while j < n:
+        a0 += x[j]
+        j += 1
+    return ((a0 + a1) + (a2 + a3)) + ((a4 + a5) + (a6 + a7))
+
+
+@numba.njit(inline="always")
+def _row_dot(x, y):
+    """Σ x·y of two 1-D float64 arrays over eight lanes (as ``_row_sum``)."""
+    n = x.shape[0]
+    a0 = a1 = a2 = a3 = a4 = a5 = a6 = a7 = 0.0
+    j = 0
+    while j + 8 <= n:
+        a0, a1 = a0 + x[j] * y[j], a1 + x[j + 1] * y[j + 1]
+        a2, a3 = a2 + x[j + 2] * y[j + 2], a3 + x[j + 3] * y[j + 3]
+        a4, a5 = a4 + x[j + 4] * y[j + 4], a5 + x[j + 5] * y[j + 5]
+        a6, a7 = a6 + x[j + 6] * y[j + 6], a7 + x[j + 7] * y[j + 7]
+        j += 8
+    while j < n:
+        a0 += x[j] * y[j]
+        j += 1
+    return ((a0 + a1) + (a2 + a3)) + ((a4 + a5) + (a6 + a7))
+
+
+@numba.njit(inline="always")
+def _row_sum_abs(x):
+    """Σ |x| of a 1-D float64 array over eight lanes (as ``_row_sum``)."""
+    n = x.shape[0]
+    a0 = a1 = a2 = a3 = a4 = a5 = a6 = a7 = 0.0
+    j = 0
+    while j + 8 <= n:
+        a0, a1, a2, a3 = a0 + abs(x[j]), a1 + abs(x[j + 1]), a2 + abs(x[j + 2]), a3 + abs(x[j + 3])
+        a4, a5 = a4 + abs(x[j + 4]), a5 + abs(x[j + 5])
+        a6, a7 = a6 + abs(x[j + 6]), a7 + abs(x[j + 7])
+        j += 8
+    while j < n:
+        a0 += abs(x[j])
+        j += 1
+    return ((a0 + a1) + (a2 + a3)) + ((a4 + a5) + (a6 + a7))
+
+
 @numba.njit(cache=True, error_model="numpy")
 def _softmax_shift(lo, hi, r_s, a_s, k, dl, dh):
-    """Per row: the input box widened by the subtraction's rounding, minus its largest upper
-    end (dl <= dh <= 0, the arguments of the exps)."""
+    """Per row of a finite box: the box widened by the subtraction's rounding, minus its
+    largest upper end (dl <= dh <= 0, the arguments of the exps). Elementwise loops between
+    lane-parallel maxima: they vectorize."""
     rows, n = lo.shape
     for i in range(rows):
-        mlo = -math.inf
-        mhi = -math.inf
+        lo_i, hi_i, dl_i, dh_i = lo[i], hi[i], dl[i], dh[i]
+        mlo, mhi = _row_max(lo_i), _row_max(hi_i)
         for j in range(n):
-            mlo = _nmax(mlo, lo[i, j])
-            mhi = _nmax(mhi, hi[i, j])
-        m = -math.inf
-        for j in range(n):
-            dist = _nmax(abs(lo[i, j] - mhi), abs(hi[i, j] - mlo))
+            dist = max(abs(lo_i[j] - mhi), abs(hi_i[j] - mlo))
             pert = (r_s * dist + a_s) * (1 + k)
-            a, b = lo[i, j] - pert, hi[i, j] + pert
-            dl[i, j] = a - k * abs(a) - _TINY
-            dh[i, j] = b + k * abs(b) + _TINY
-            m = _nmax(m, dh[i, j])
+            a, b = lo_i[j] - pert, hi_i[j] + pert
+            dl_i[j] = a - k * abs(a) - _TINY
+            dh_i[j] = b + k * abs(b) + _TINY
+        m = _row_max(dh_i)
         for j in range(n):
-            dl[i, j] -= m
-            dh[i, j] -= m
+            dl_i[j] -= m
+            dh_i[j] -= m
+
+
+@numba.njit(cache=True, error_model="numpy")
+def _softmax_row_bounds(dl, dh, el, eh, sl, sh, r_e, a_e, r_d, a_d, inv_dl_hi, inv_dh_lo, k,
+                        ylo, yhi):
+    """One row's bounds from its scaled exps and their sums, branch-free (vectorizes); returns
+    whether an exp underflowed to 0 (a ratio 0/x or 0/0: the caller's log-domain row then)."""
+    n = dl.shape[0]
+    under = False
+    for j in range(n):
+        e_l, e_h = el[j], eh[j]
+        others_hi = (sh - e_h) * (1 + 2 * _E)
+        others_lo = max((sl - e_l) * (1 - 2 * _E), 0.0)
+        den = e_h + others_lo
+        under |= (e_l == 0.0) | (den == 0.0)
+        plo = max(e_l / (e_l + others_hi) * (1 - 4 * _E), 0.0)
+        phi = min(e_h / den * (1 + 4 * _E), 1.0)
+        nl = plo * (1 - r_e) - a_e
+        nh = phi * (1 + r_e) + a_e
+        # nl / dhigh (nl >= 0) or nl / dlow, nh / dlow, through reciprocals rounded outward
+        # (each product's own rounding included: see the caller)
+        qlo = nl * (inv_dh_lo if nl >= 0 else inv_dl_hi)
+        qhi = nh * inv_dl_hi
+        ylo[j] = (qlo * (1 - r_d) - a_d) * (1 - k) - abs(qlo) * k - _TINY
+        yhi[j] = (qhi * (1 + r_d) + a_d) * (1 + k) + _TINY
+    return under
 
 
 @numba.njit(cache=True, error_model="numpy")
 def _softmax_rows(dl, dh, el, eh, r_e, a_e, r_d, a_d, dlow, dhigh, g64, k, libm, ylo, yhi):
     """Per row, from the exps el = exp(dl), eh = exp(dh) (NumPy's SIMD exp): the exact softmax
-    range over the box with outward allowances, then the evaluation's errors."""
+    range over the box with outward allowances, then the evaluation's errors. Rows where an
+    exp underflowed are redone with log-domain ratios (``_softmax_row_underflow``)."""
     rows, n = dl.shape
+    # 1/dhigh rounded down and 1/dlow up by a margin that covers their rounding and the
+    # product's: nl·inv_dh_lo <= nl/dhigh (nl >= 0), nl·inv_dl_hi <= nl/dlow (nl < 0),
+    # nh·inv_dl_hi >= nh/dlow (nh >= 0)
+    inv_dh_lo = 1.0 / dhigh * (1 - 4 * _E)
+    inv_dl_hi = 1.0 / dlow * (1 + 4 * _E)
     for i in range(rows):
-        sl = 0.0
-        sh = 0.0
-        m1 = -math.inf       # the two largest lower arguments of the row, and where the first is
-        m2 = -math.inf
-        j1 = -1
-        h1 = -math.inf       # the same for the upper arguments
-        h2 = -math.inf
-        k1 = -1
+        dl_i, dh_i, el_i, eh_i = dl[i], dh[i], el[i], eh[i]
         for j in range(n):
-            d_l, d_h = dl[i, j], dh[i, j]
-            if d_l > m1:
-                m1, m2, j1 = d_l, m1, j
-            elif d_l > m2:
-                m2 = d_l
-            if d_h > h1:
-                h1, h2, k1 = d_h, h1, j
-            elif d_h > h2:
-                h2 = d_h
-            el[i, j] *= 1 - (libm + 4 + abs(d_l)) * _E
-            eh[i, j] *= 1 + (libm + 4 + abs(d_h)) * _E
-            sl += el[i, j]
-            sh += eh[i, j]
-        sh = sh * (1 + g64)
-        sl = sl * (1 - g64)
-        for j in range(n):
-            e_l, e_h = el[i, j], eh[i, j]
-            others_hi = (sh - e_h) * (1 + 2 * _E)
-            others_lo = _nmax((sl - e_l) * (1 - 2 * _E), 0.0)
-            plo = _nmax(e_l / (e_l + others_hi) * (1 - 4 * _E), 0.0)
-            if e_l == 0.0:
-                # exp(dl_j) underflowed: in the log domain the ratio is at least
-                # 1/(1 + (n-1)·exp(max_{k != j} dh_k - dl_j))
-                t = (h2 if j == k1 else h1) - dl[i, j]
-                et = math.exp(t) * (1 + (libm + 4 + abs(t)) * _E) + _TINY
-                plo = _nmax(1.0 / (1.0 + (n - 1) * et * (1 + 2 * _E)) * (1 - 4 * _E), 0.0)
-            if e_h + others_lo == 0.0:
-                # every exp underflowed (a box far wider than float64's exp range): 0/0; the
-                # denominator is at least its largest term, so in the log domain the ratio is
-                # at most exp(dh_j - max(dh_j, max_{k != j} dl_k))
-                t = dh[i, j] - max(dh[i, j], m2 if j == j1 else m1)
-                phi = math.exp(t) * (1 + (libm + 4 + abs(t)) * _E) + _TINY
-            else:
-                phi = e_h / (e_h + others_lo) * (1 + 4 * _E)
-            phi = _nmin(phi, 1.0)
-            nl = plo * (1 - r_e) - a_e
-            nh = phi * (1 + r_e) + a_e
-            qlo = nl / dhigh if nl >= 0 else nl / dlow
-            qhi = nh / dlow
-            ylo[i, j] = (qlo * (1 - r_d) - a_d) * (1 - k) - abs(qlo) * k - _TINY
-            yhi[i, j] = (qhi * (1 + r_d) + a_d) * (1 + k) + _TINY
+            el_i[j] *= 1 - (libm + 4 + abs(dl_i[j])) * _E
+            eh_i[j] *= 1 + (libm + 4 + abs(dh_i[j])) * _E
+        sh = _row_sum(eh_i) * (1 + g64)
+        sl = _row_sum(el_i) * (1 - g64)
+        if _softmax_row_bounds(dl_i, dh_i, el_i, eh_i, sl, sh, r_e, a_e, r_d, a_d, inv_dl_hi,
+                               inv_dh_lo, k, ylo[i], yhi[i]):
+            _softmax_row_underflow(dl_i, dh_i, el_i, eh_i, sl, sh, libm, ylo[i], yhi[i],
+                                   r_e, a_e, r_d, a_d, inv_dl_hi, inv_dh_lo, k)
+
+
+@numba.njit(cache=True, error_model="numpy")
+def _softmax_row_underflow(dl, dh, el, eh, sl, sh, libm, ylo, yhi, r_e, a_e, r_d, a_d,
+                           inv_dl_hi, inv_dh_lo, k):
+    """A row where some exp underflowed, element by element: where exp(dl_j) is 0 the ratio
+    is at least 1/(1 + (n-1)·exp(max_{k != j} dh_k - dl_j)) in the log domain; where the
+    denominator is 0 (a box far wider than float64's exp range: 0/0) it is at most
+    exp(dh_j - max(dh_j, max_{k != j} dl_k)) (the denominator is at least its largest term)."""
+    n = dl.shape[0]
+    m1 = -math.inf       # the two largest lower arguments of the row, and where the first is
+    m2 = -math.inf
+    j1 = -1
+    h1 = -math.inf       # the same for the upper arguments
+    h2 = -math.inf
+    k1 = -1
+    for j in range(n):
+        d_l, d_h = dl[j], dh[j]
+        if d_l > m1:
+            m1, m2, j1 = d_l, m1, j
+        elif d_l > m2:
+            m2 = d_l
+        if d_h > h1:
+            h1, h2, k1 = d_h, h1, j
+        elif d_h > h2:
+            h2 = d_h
+    for j in range(n):
+        e_l, e_h = el[j], eh[j]
+        others_hi = (sh - e_h) * (1 + 2 * _E)
+        others_lo = _nmax((sl - e_l) * (1 - 2 * _E), 0.0)
+        plo = _nmax(e_l / (e_l + others_hi) * (1 - 4 * _E), 0.0)
+        if e_l == 0.0:
+            t = (h2 if j == k1 else h1) - dl[j]
+            et = math.exp(t) * (1 + (libm + 4 + abs(t)) * _E) + _TINY
+            plo = _nmax(1.0 / (1.0 + (n - 1) * et * (1 + 2 * _E)) * (1 - 4 * _E), 0.0)
+        if e_h + others_lo == 0.0:
+            t = dh[j] - max(dh[j], m2 if j == j1 else m1)
+            phi = math.exp(t) * (1 + (libm + 4 + abs(t)) * _E) + _TINY
+        else:
+            phi = e_h / (e_h + others_lo) * (1 + 4 * _E)
+        phi = _nmin(phi, 1.0)
+        nl = plo * (1 - r_e) - a_e
+        nh = phi * (1 + r_e) + a_e
+        qlo = nl * (inv_dh_lo if nl >= 0 else inv_dl_hi)
+        qhi = nh * inv_dl_hi
+        ylo[j] = (qlo * (1 - r_d) - a_d) * (1 - k) - abs(qlo) * k - _TINY
+        yhi[j] = (qhi * (1 + r_d) + a_d) * (1 + k) + _TINY
 
 
 def softmax_bounds(lo, hi, r_s, a_s, k, r_e, a_e, r_d, a_d, dlow, dhigh, g64, libm):
     """fpx.interval's softmax rule (see its docstring for the derivation) along the last axis:
-    two compiled row passes around NumPy's vectorized exp (the NumPy spelling made ~35 passes
-    over the whole block; a scalar exp per element in the loop was slower still)."""
+    two compiled row passes around NumPy's SIMD exp, elementwise loops that vectorize (the
+    NumPy spelling made ~35 passes over the whole block; a scalar exp per element in the loop
+    was slower still; loops that carried the rows' maxima and branches took 20 ms for the
+    encoder benchmark's 1M scores, these 4)."""
     shape = lo.shape
     lo2 = np.ascontiguousarray(lo, np.float64).reshape(-1, shape[-1])
     hi2 = np.ascontiguousarray(hi, np.float64).reshape(-1, shape[-1])
@@ -629,36 +759,31 @@ def _layer_norm_rows(v, lo, hi, w, b, eps_lo, eps_hi, g_mu, g_v, g_out, d_op, d_
     n_bad = 0
     u64 = 2.0 ** -53
     sqn = math.sqrt(n) * (1 + 2 * _E)
+    # the row's values, radii, magnitudes and centred values, in L1-resident scratch: every
+    # pass below is elementwise or a lane-parallel reduction, so it vectorizes (the sums'
+    # order is covered by γ_{n+4}(u64); one running sum per quantity did not: 3x slower)
+    vr, rr, xa, dr = np.empty(n), np.empty(n), np.empty(n), np.empty(n)
     for i in range(rows):
-        s_v = 0.0
-        s_r = 0.0
-        s_a = 0.0
-        s_q = 0.0
-        s_av = 0.0
-        xm = 0.0
         for j in range(n):
             vv = np.float64(v[i, j])
-            r = max(vv - lo[i, j], hi[i, j] - vv) * (1 + 3 * _E) + _TINY
-            m = max(abs(lo[i, j]), abs(hi[i, j]))
-            s_v += vv
-            s_r += r
-            s_a += m
-            s_q += m * m
-            s_av += abs(vv)
-            xm = max(xm, m)
+            vr[j] = vv
+            rr[j] = max(vv - lo[i, j], hi[i, j] - vv) * (1 + 3 * _E) + _TINY
+            xa[j] = max(abs(lo[i, j]), abs(hi[i, j]))
+        s_v = _row_sum(vr)
+        s_r = _row_sum(rr)
+        s_a = _row_sum(xa)
+        s_q = _row_dot(xa, xa)
+        s_av = _row_sum_abs(vr)
+        xm = max(_row_max(xa), 0.0)
         mv = s_v / n
         mr = s_r / n * (1 + g64) + _TINY              # >= mean(r)
         M1 = s_a / n * (1 + g64) + _TINY              # >= mean|x| over the box
         M2 = s_q / n * (1 + g64) + _TINY              # >= mean(x²) over the box
         e64c = s_av / n * g64 + _TINY                 # |mv - mean(v)|
-        s_d2 = 0.0
-        s_r2 = 0.0
         for j in range(n):
-            vv = np.float64(v[i, j])
-            d = vv - mv
-            r = max(vv - lo[i, j], hi[i, j] - vv) * (1 + 3 * _E) + _TINY
-            s_d2 += d * d
-            s_r2 += r * r
+            dr[j] = vr[j] - mv
+        s_d2 = _row_dot(dr, dr)
+        s_r2 = _row_dot(rr, rr)
         nd_hi = math.sqrt(s_d2 * (1 + g64)) * (1 + 2 * _E)
         nd_lo = math.sqrt(s_d2 * (1 - g64)) * (1 - 2 * _E)
         nr = math.sqrt(s_r2 * (1 + g64)) * (1 + 2 * _E) + _TINY
@@ -683,17 +808,16 @@ def _layer_norm_rows(v, lo, hi, w, b, eps_lo, eps_hi, g_mu, g_v, g_out, d_op, d_
         q_max = _ln_q_max(n, var_lo, M2, e_mu, a_v, g_v, d_op, d_s, eta, eps_lo)
         if (4 * xm * xm * n * 1.01 > lim) or (s_lo > 0 and 2.01 * xm / s_lo * wb_max > lim):
             n_bad += 1
+        if not s_lo > 0:
+            for j in range(n):
+                ylo[i, j] = -math.inf
+                yhi[i, j] = math.inf
+            continue
         for j in range(n):
             ww = np.float64(_at(w, i, j))
             bb = np.float64(_at(b, i, j))
-            if not s_lo > 0:
-                ylo[i, j] = -math.inf
-                yhi[i, j] = math.inf
-                continue
-            vv = np.float64(v[i, j])
-            d = vv - mv
-            r = max(vv - lo[i, j], hi[i, j] - vv) * (1 + 3 * _E) + _TINY
-            rho = (r + mr + e64c + 2 * u64 * abs(d) + e_mu) * (1 + 6 * _E)
+            d = dr[j]
+            rho = (rr[j] + mr + e64c + 2 * u64 * abs(d) + e_mu) * (1 + 6 * _E)
             dl = (d - rho) - abs(d - rho) * 2 * _E - _TINY
             dh = (d + rho) + abs(d + rho) * 2 * _E + _TINY
             ql = dl / s_hi if dl >= 0 else dl / s_lo
@@ -702,13 +826,12 @@ def _layer_norm_rows(v, lo, hi, w, b, eps_lo, eps_hi, g_mu, g_v, g_out, d_op, d_
             qh += abs(qh) * 2 * _E + _TINY
             ql = max(ql, -q_max)
             qh = min(qh, q_max)
-            if ww < 0:
-                ql, qh = qh, ql
+            ql, qh = (qh, ql) if ww < 0 else (ql, qh)
             zl = ql * ww + bb
             zh = qh * ww + bb
             zl -= (abs(ql * ww) + abs(bb)) * 4 * _E + _TINY
             zh += (abs(qh * ww) + abs(bb)) * 4 * _E + _TINY
-            X = max(abs(lo[i, j]), abs(hi[i, j]))
+            X = xa[j]
             aw = abs(ww) / s_lo
             rnd = (g_out * ((X + mu_abs) * aw + abs(bb)) + eta * (3 + 2 * aw)) * (1 + 8 * _E)
             y = zl - rnd * (1 + 2 * _E) - abs(zl) * 2 * _E - _TINY
