@@ -632,12 +632,15 @@ def _max_min(self, prim, a, b):
     return self.new(v, lo, hi, un, pt)
 
 
-def _monotone(f, prim_name, increasing=True, domain=None):
+def _monotone(f, prim_name, increasing=True, domain=None, image=None):
     """``domain``: the lower end of f's domain (sqrt, log, ...). An input interval that
     straddles it has executions that give NaN, which no bound can express and which a
     comparison must not decide on (NaN > x is False): its lower bound stays NaN (no claim;
     clamping it to the domain let ``where`` pick a branch that a NaN execution does not take),
-    the element is marked unstable and an event is recorded."""
+    the element is marked unstable and an event is recorded. ``image``: (lo, hi) that every
+    result lies in -- f's range, whose ends are floats, so rounding keeps results inside --
+    and the bound is cut to it: the absolute (subnormal) error term gave exp a lower bound
+    of -2^-149, and a sum of such exps a negative one whose log was NaN."""
     def rule(self, prim, a):
         v = self.value_of(prim, (a,), {})
         lo, hi, u, pt = self.bounds(a)
@@ -653,15 +656,20 @@ def _monotone(f, prim_name, increasing=True, domain=None):
             if not increasing:
                 flo, fhi = fhi, flo
             flo, fhi = self.round_result(prim_name, v, flo, fhi, (lo, hi), steps=_LIBM64_ULPS)
+            if image is not None:                   # (NaN stays NaN)
+                flo, fhi = np.maximum(flo, image[0]), np.minimum(fhi, image[1])
         return self.new(v, flo, fhi, u)
     return rule
 
 
 _DOMAIN = {"log": 0.0, "log2": 0.0, "sqrt": 0.0, "log1p": -1.0}
+_IMAGE = {"exp": (0.0, np.inf), "exp2": (0.0, np.inf), "expm1": (-1.0, np.inf),
+          "sqrt": (0.0, np.inf), "tanh": (-1.0, 1.0), "erf": (-1.0, 1.0)}
 for _n, _f in {"exp": np.exp, "expm1": np.expm1, "exp2": np.exp2, "log": np.log,
                "log1p": np.log1p, "log2": np.log2, "sqrt": np.sqrt, "tanh": np.tanh,
                "sinh": np.sinh, "atan": np.arctan}.items():
-    IntervalInterpreter.rules[_n] = _monotone(_f, _n, domain=_DOMAIN.get(_n))
+    IntervalInterpreter.rules[_n] = _monotone(_f, _n, domain=_DOMAIN.get(_n),
+                                              image=_IMAGE.get(_n))
 
 
 def _erf64(x):
@@ -669,7 +677,7 @@ def _erf64(x):
     return erf(np.asarray(x, np.float64))
 
 
-IntervalInterpreter.rules["erf"] = _monotone(_erf64, "erf")
+IntervalInterpreter.rules["erf"] = _monotone(_erf64, "erf", image=_IMAGE["erf"])
 
 
 @_rule("cosh")
@@ -1940,6 +1948,25 @@ def _matmul_unstable(au, bu, shape):
 def _rel_abs(acc, F):
     """(relative, absolute) error of one evaluation with a constant accuracy in format F."""
     return acc.ulps * 2.0 ** (1 - F.p), acc.ulps * F.smallest_subnormal + acc.absolute
+
+
+@_rule("log_softmax")
+def _log_softmax(self, prim, x, *, axis=-1):
+    """log_softmax as its decomposition, the upper bound cut at that of a single element 0
+    (``c``, ~0): every execution's result is at most that -- x - max(x) rounds to s <= 0 (0
+    for the largest), so the sum of the exps is >= the computed exp(0), every log of such a
+    sum is >= the least log of [exp(0)]'s bound (log is increasing, its error bound grows
+    with |log|, and log 1 = 0 is inside), and s - log(sum) <= 0 - log(exp(0)) rounds to at
+    most c -- the same argument for the fused x - (max + log Σ). The interval ops do not see
+    it: the largest element's bound reached above 0, or +inf where a wide box's exps
+    overflowed."""
+    y = prim.decomposition(x, axis=axis)
+    if not self._own(y):
+        return y
+    dt = np.asarray(self.primal_of(x)).dtype
+    zero = self.new(np.zeros(1, dt), np.zeros(1), np.zeros(1))
+    c = float(np.max(prim.decomposition(zero, axis=0).hi))
+    return self.new(y.primal, y.lo, np.minimum(y.hi, max(c, 0.0)), y.unstable)
 
 
 @_rule("softmax")

@@ -2063,6 +2063,41 @@ def test_softmax_of_boxes_past_exps_range_stays_finite_and_sound(scale):
         assert np.all(out.hi[:3][others] < 1e-6)
 
 
+@pytest.mark.parametrize("dtype", [np.float32, np.float16])
+@pytest.mark.parametrize("scale", [1.0, 1e3, 1e30])
+def test_log_softmax_bounds_are_never_nan_and_at_most_about_zero(scale, dtype):
+    """log_softmax of boxes whose shifted exps overflow: exp's bound had a lower end of
+    -2^-149 (its absolute error term), the sum of such exps a negative one, and the log of
+    that NaN -- a NaN upper bound for every element. exp's bound is now cut to [0, inf) and
+    log_softmax's upper bound to that of log_softmax(0) (~0: every execution's result is
+    <= 0 up to exp(0)'s own error). Sound against mpmath and the program on points in the box
+    and torch's fused kernel."""
+    import mpmath
+    rng = np.random.default_rng(12)
+    big = float(np.finfo(dtype).max) / 4
+    x = np.clip(rng.standard_normal((4, 6)) * scale, -big, big).astype(dtype)
+    xi = fpx.Interval.around(x, rel=1e-3 if dtype == np.float16 else 1e-7)
+    out = fpx.interval(lambda h: fnn.log_softmax(h, axis=-1))(xi)
+    assert not np.isnan(out.lo).any() and not np.isnan(out.hi).any()
+    assert np.all(out.hi <= 2.0 ** -8)
+    es = fpx.interval(lambda h: fnp.exp(h - fnp.max(h, axis=-1, keepdims=True)))(xi)
+    assert np.all(es.lo >= 0)
+    mpmath.mp.prec = 80
+    for t in (0.0, 0.5, 1.0):
+        p = (xi.lo + t * (xi.hi - xi.lo)).astype(dtype).astype(np.float64)
+        exact = np.array([[float(mpmath.mpf(v) - mpmath.log(mpmath.fsum(
+            mpmath.exp(mpmath.mpf(w) - mpmath.mpf(max(row))) for w in row)) - mpmath.mpf(max(row)))
+            for v in row] for row in p])
+        assert out.contains(exact).all()
+        assert out.contains(fnn.log_softmax(p.astype(dtype), axis=-1)).all()
+    try:
+        import torch
+    except ImportError:
+        return
+    if dtype == np.float32:
+        assert out.contains(torch.log_softmax(torch.from_numpy(x), -1).numpy()).all()
+
+
 @pytest.mark.parametrize("mode", ["midrad", "fast"])
 def test_interval_times_interval_value_centred_is_sound(mode):
     """Both operands intervals (attention's Q·Kᵀ): the fused value-centred path against exact
