@@ -799,18 +799,48 @@ IntervalInterpreter.rules.update({"floor": _step_rule(np.floor), "ceil": _step_r
                                   "round": _step_rule(np.rint), "sign": _step_rule(np.sign)})
 
 
+def _exact_floor_quotients(dt, alo, ahi, blo, bhi, qlo, qhi):
+    """(lo, hi, ok): floor(a/b) over the box from the corners' exact floor quotients, where
+    that is what every execution gives (``ok``). floor is monotone and a/b monotone in each
+    argument away from b = 0, so the range is [min, max] of the corners' floor(a/b). NumPy's
+    float floor_divide (npy_divmod) computes div = (a - fmod(a, b))/b -- two roundings of the
+    integer k = trunc(a/b), so |div - k| <= 2.0001·u·|k| < 1/2 for |k| < 2^(p-3) -- then
+    floors it and rounds back up past .5: floor(a/b) exactly there (float64 ends: below
+    2^50). Integer dtypes divide exactly; float ones in their own format's p."""
+    F = None if dt.kind in "iub" else _fmt_of(dt)
+    if dt.kind not in "iub" and F is None:
+        return None
+    lim = 2.0 ** (min(F.p if F is not None else 53, 53) - 3)
+    flo, fhi = _corners(np.floor_divide, alo, ahi, blo, bhi)
+    big = np.maximum(np.maximum(np.abs(alo), np.abs(ahi)), np.maximum(np.abs(blo), np.abs(bhi)))
+    ok = ((np.maximum(np.abs(qlo), np.abs(qhi)) < lim) & (big < 2.0 ** 53)
+          & ((blo > 0) | (bhi < 0)) & np.isfinite(flo) & np.isfinite(fhi))
+    return flo, fhi, ok
+
+
 @_rule("floor_divide")
 def _floor_divide(self, prim, a, b):
+    """Exact where every execution is (``_exact_floor_quotients``): a point integer quotient
+    has zero width. Elsewhere (a float program's large quotients) the floor of the widened
+    float64 quotient, one step and 4u·|q| more each way: npy_divmod's div = (a - fmod)/b is
+    within 2u·|k| of k = trunc(a/b), its floor corrected past .5 is within 1 of that, and a
+    float16 result is rounded once more from float32 (it had been only one step: a float16
+    16358.3 // 1 is 16360)."""
     v, (alo, ahi), (blo, bhi), un, _ = _binary_prep(self, prim, a, b)
     zero = (blo <= 0) & (bhi >= 0)
+    dt = np.asarray(concrete(v)).dtype
+    F = None if dt.kind in "iub" else _fmt_of(dt)
+    u = 2.0 ** -(F.p if F is not None else 53)
     with np.errstate(all="ignore"):
         qlo, qhi = _corners(np.divide, alo, ahi, blo, bhi)
         qlo, qhi = _widen(qlo, qhi)
-        # npy_divmod may land one step off floor(a/b) when a/b rounds across an integer
-        lo, hi = np.floor(qlo) - 1, np.floor(qhi) + 1
+        lo, hi = _widen(np.floor(qlo) - 1 - 4 * u * np.abs(qlo),
+                        np.floor(qhi) + 1 + 4 * u * np.abs(qhi))
+        exact = _exact_floor_quotients(dt, alo, ahi, blo, bhi, qlo, qhi)
+        if exact is not None:
+            lo, hi = np.where(exact[2], exact[0], lo), np.where(exact[2], exact[1], hi)
     lo, hi = np.where(zero, -np.inf, lo), np.where(zero, np.inf, hi)
     unstable = _or_unstable(un, lo != hi)
-    dt = np.asarray(concrete(v)).dtype
     if dt.kind in "iu":          # INT_MIN // -1 wraps around
         lo, hi = self._integer_bounds("floor_divide", dt, lo, hi)
     return self.new(v, lo, hi, unstable)
@@ -818,10 +848,27 @@ def _floor_divide(self, prim, a, b):
 
 @_rule("remainder")
 def _remainder(self, prim, a, b):
-    v, _, (blo, bhi), un, _ = _binary_prep(self, prim, a, b)
+    """The sign of b's range: [0, b) or (b, 0]. For integers, where floor(a/b) is one q over
+    the box (``_exact_floor_quotients``), a - q·b exactly (its corners), within that range:
+    a point integer remainder has zero width."""
+    v, (alo, ahi), (blo, bhi), un, _ = _binary_prep(self, prim, a, b)
     pos, neg = blo > 0, bhi < 0
     lo = np.where(pos, 0.0, np.where(neg, blo, -np.inf))
     hi = np.where(pos, bhi, np.where(neg, 0.0, np.inf))
+    dt = np.asarray(concrete(v)).dtype
+    if dt.kind in "iu":
+        with np.errstate(all="ignore"):
+            qlo, qhi = _widen(*_corners(np.divide, alo, ahi, blo, bhi))
+            exact = _exact_floor_quotients(dt, alo, ahi, blo, bhi, qlo, qhi)
+            if exact is not None:
+                q = exact[0]
+                one = exact[2] & (exact[0] == exact[1])
+                # a - q·b is linear in a and b: its range is at its corners; below 2^53 exact
+                rlo = np.minimum(alo - q * blo, alo - q * bhi)
+                rhi = np.maximum(ahi - q * blo, ahi - q * bhi)
+                one &= (np.maximum(np.abs(rlo), np.abs(rhi)) < 2.0 ** 53)
+                lo = np.where(one, np.maximum(lo, rlo), lo)
+                hi = np.where(one, np.minimum(hi, rhi), hi)
     return self.new(v, lo, hi, un)
 
 

@@ -1470,12 +1470,55 @@ INTEGER_CASES = {
     "sum promotes": (lambda a: fnp.sum(a, axis=0), np.array([[100, 1], [100, 2]], I8),
                      [False, False]),
     "floor_divide INT_MIN": (lambda a: a // I8(-1), np.array([-128], I8), [True]),
+    # (were +-1 step wide and unstable: the floor of a widened float64 quotient)
+    "floor_divide": (lambda a: a // I8(3), np.array([7, -7, 6, -6, 0], I8), [False] * 5),
+    "floor_divide by negative": (lambda a: a // I64(-7), np.array([100, -100, 2 ** 40], I64),
+                                 [False] * 3),
+    "remainder": (lambda a: a % I8(3), np.array([7, -7, 6, -6, 0], I8), [False] * 5),
+    "remainder by negative": (lambda a: a % np.int32(-7), np.array([100, -100, 14], np.int32),
+                              [False] * 3),
     "matmul": (lambda a: a @ a.T, np.array([[100, 100], [1, 2]], I8),
                [True, True, True, False]),
     "dot": (lambda a: fnp.dot(a, a), np.array([100, 100], np.int32), [False]),
     "einsum": (lambda a: fnp.einsum("ij,kj->ik", a, a), np.array([[3, -4], [5, 6]], np.int16),
                [False] * 4),
 }
+
+
+@pytest.mark.parametrize("dtype", [np.float16, np.float32, np.float64])
+def test_float_floor_divide_is_the_exact_floor_where_every_execution_gives_it(dtype):
+    """floor(a/b) of float points is the exact floor of the real quotient (1.0 // 0.1 = 9,
+    though 1.0/0.1 rounds to 10): a zero-width bound where NumPy's floor_divide is exact
+    (quotients below 2^(p-3)); larger quotients keep a widened bound. Both hold the program's
+    value and the exact floor (fractions), and boxes hold floor_divide of their points."""
+    from fractions import Fraction
+    rng = np.random.default_rng(40)
+    a = (rng.standard_normal(400) * 10.0 ** rng.integers(-3, 6, 400)).astype(dtype)
+    b = (rng.standard_normal(400) * 10.0 ** rng.integers(-3, 3, 400)).astype(dtype)
+    a[:3], b[:3] = [1.0, 6.0, -1.0], [0.1, 3.0, 0.1]
+    a[3:6], b[3:6] = [2 ** 20, 2 ** 30, 1.0], [1.0, 1.0 / 3, 2 ** -12]   # large quotients
+    b[b == 0] = 1
+    ok = np.isfinite(a) & np.isfinite(b)
+    a, b = a[ok], b[ok]
+    out = _iv(fnp.floor_divide, a, b)
+    value = np.floor_divide(a, b)
+    assert np.array_equal(np.asarray(out.value), value, equal_nan=True)
+    fin = np.isfinite(value)
+    exact = np.array([math.floor(Fraction(float(x)) / Fraction(float(y))) if f else 0
+                      for x, y, f in zip(a, b, fin)], np.float64)
+    assert out.contains(value)[fin].all() and out.contains(exact)[fin].all()
+    p = {np.float16: 11, np.float32: 24, np.float64: 53}[dtype]
+    small = fin & (np.abs(exact) < 2.0 ** (p - 3) * 0.99)
+    assert np.all(out.lo[small] == exact[small]) and np.all(out.hi[small] == exact[small])
+    assert out.lo[0] == out.hi[0] == (10.0 if dtype == np.float16 else 9.0)   # 1.0 // 0.1
+    assert out.lo[1] == out.hi[1] == 2.0
+    box = fpx.Interval.around(a, rel=2.0 ** -8)
+    outb = _iv(fnp.floor_divide, box, b)
+    for t in (0.0, 0.37, 1.0):
+        pt = (box.lo + t * (box.hi - box.lo)).astype(dtype)
+        q = np.floor_divide(pt, b)
+        good = np.isfinite(q) & (pt >= box.lo) & (pt <= box.hi)
+        assert outb.contains(q)[good].all()
 
 
 @pytest.mark.parametrize("case", list(INTEGER_CASES))
