@@ -1572,7 +1572,8 @@ def _matmul(self, prim, a, b):
                 and np.asarray(pa).dtype in (np.float32, np.float64) and np.ndim(pa) >= 1
                 and np.asarray(pb).dtype in (np.float32, np.float64) and np.ndim(pb) >= 1):
             # both operands intervals (attention's Q·Kᵀ and P·V): value-centred, radius
-            # L_A @ B̂ + |A| @ r_B, each factor from one fused pass (NumPy took ~15)
+            # L_A @ B̂ + |A| @ r_B, each factor from one fused pass (NumPy took ~15), summed
+            # by one GEMM over 2K
             La, sa = _K.mm_left(pa, alo, ahi, 2 * sp.alpha, stats=True)
             Bh32, rb32, sb = _K.mm_right(pb, blo, bhi)
             if (all(np.isfinite(sa)) and all(np.isfinite(sb))
@@ -1580,8 +1581,11 @@ def _matmul(self, prim, a, b):
                     and (self.matmul == "fast" or sa[0] / max(sa[1], 1e-300) +
                          sb[0] / max(sb[1], 1e-300) >= 4 * c)):
                 absA, amax = _abs_operand(pa, small, "absA")
-                rad = (_K.scale_up(*_gemm_upper_parts(La, Bh32, K, small, 1.0, absterm))
-                       + _gemm_upper(absA, rb32, K, small), 1.0, 0.0)
+                # one GEMM over 2K: [L_A | |A|] @ [B̂ ; r_B] (as two, the radius took two
+                # more passes over the output to scale and add them)
+                rad = _gemm_upper_parts(np.concatenate((La, absA), axis=-1),
+                                        np.concatenate((Bh32, rb32), axis=-2), 2 * K, small,
+                                        1.0, absterm)
                 center = _centre_of(v)
                 rad = _out_rounding(self, sp.scaled(rad), center, F_out, F_acc)
                 return _matmul_close(self, v, center, rad, _LazyAbs(pa, alo, ahi, sa[2]), Bh32,
