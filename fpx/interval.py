@@ -2111,7 +2111,9 @@ def _softmax_bounds_np(lo, hi, ax, n, r_s, a_s, k, r_e, a_e, r_d, a_d, dlow, dhi
         # domain: the ratio is at least 1/(1 + (n-1)·exp(max_{k != j} dh_k - dl_j)) and, the
         # denominator being at least its largest term, at most exp(dh_j - max(dh_j, max_{k != j} dl_k))
         t = _max_of_others(dh, ax) - dl
-        et = np.exp(t) * (1 + (_LIBM64_ULPS + 4 + np.abs(t)) * _E64) + _TINY64
+        # (t = -inf: no other element, n = 1; exp's error factor would make 0·inf NaN)
+        et = np.where(t == -np.inf, 0.0,
+                      np.exp(t) * (1 + (_LIBM64_ULPS + 4 + np.abs(t)) * _E64) + _TINY64)
         plo = np.where(el == 0, np.maximum(1.0 / (1.0 + (n - 1) * et * (1 + 2 * _E64))
                                            * (1 - 4 * _E64), 0.0), plo)
         t = dh - np.maximum(dh, _max_of_others(dl, ax))

@@ -674,7 +674,9 @@ def _softmax_row_underflow(dl, dh, el, eh, sl, sh, libm, ylo, yhi, r_e, a_e, r_d
         plo = _nmax(e_l / (e_l + others_hi) * (1 - 4 * _E), 0.0)
         if e_l == 0.0:
             t = (h2 if j == k1 else h1) - dl[j]
-            et = math.exp(t) * (1 + (libm + 4 + abs(t)) * _E) + _TINY
+            # (t = -inf: no other element, n = 1; the error factor made 0·inf NaN)
+            et = (0.0 if t == -math.inf else
+                  math.exp(t) * (1 + (libm + 4 + abs(t)) * _E) + _TINY)
             plo = _nmax(1.0 / (1.0 + (n - 1) * et * (1 + 2 * _E)) * (1 - 4 * _E), 0.0)
         if e_h + others_lo == 0.0:
             t = dh[j] - max(dh[j], m2 if j == j1 else m1)

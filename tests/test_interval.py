@@ -2106,6 +2106,25 @@ def test_softmax_of_boxes_past_exps_range_stays_finite_and_sound(scale):
         assert np.all(out.hi[:3][others] < 1e-6)
 
 
+def test_softmax_of_one_element_rows_with_wide_boxes_is_about_one():
+    """A one-element row is exactly 1 whatever the box; where the box's shifted exp
+    underflowed, the log-domain lower bound took exp(-inf) times an infinite error factor:
+    0·inf, a NaN lower bound (found by a random stress run: float16 rows of -4e4 ± 4e3)."""
+    import sys
+    iv_mod = sys.modules["fpx.interval"]
+    from fpx.kernels import interval as KI
+    x = np.array([[-4.282e+04], [-5.043e+04], [3.0]], np.float16)
+    lo, hi = np.array([[-44905.4], [-52893.1], [2.0]]), np.array([[-40726.6], [-47970.9], [4.0]])
+    out = fpx.interval(lambda h: fnn.softmax(h, axis=-1))(fpx.Interval(lo, hi, x))
+    assert np.all(out.lo > 0.99) and np.all(out.hi < 1.01) and out.contains(1.0).all()
+    args = (2.0 ** -11, 2.0 ** -24, 16 * 2.0 ** -52, 2e-7, 1e-45, 4e-7, 2e-45, 0.99, 1.01)
+    klo, khi = KI.softmax_bounds(lo, hi, *args, iv_mod._gamma(3, 2.0 ** -53),
+                                 iv_mod._LIBM64_ULPS)
+    nlo, nhi = iv_mod._softmax_bounds_np(lo, hi, -1, 1, *args)
+    assert not np.isnan(klo).any() and np.allclose(klo, nlo, rtol=1e-12)
+    assert np.allclose(khi, nhi, rtol=1e-12)
+
+
 @pytest.mark.parametrize("dtype", [np.float32, np.float16])
 @pytest.mark.parametrize("scale", [1.0, 1e3, 1e30])
 def test_log_softmax_bounds_are_never_nan_and_at_most_about_zero(scale, dtype):
