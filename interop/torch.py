@@ -661,16 +661,65 @@ def _addmm(ctx, c, a, b, *, beta=1, alpha=1):
 
 @_op("aten.convolution")
 def _convolution(ctx, x, w, b, stride, padding, dilation, transposed, output_padding, groups):
-    if transposed:
-        raise UnmappedOpError("aten.convolution", " with transposed=True (ConvTranspose)")
     x, w = _mm_dtype(ctx, x, w)
     if b is not None:
         b = _cast(b, ctx.dtype)
     nd = len(_shape(w)) - 2
-    return fnn.conv(x, w, b, stride=tuple(_ints(stride)) * (1 if len(_ints(stride)) == nd else nd),
-                    padding=tuple(_ints(padding)) * (1 if len(_ints(padding)) == nd else nd),
-                    dilation=tuple(_ints(dilation)) * (1 if len(_ints(dilation)) == nd else nd),
+
+    def per_dim(v):
+        return tuple(_ints(v)) * (1 if len(_ints(v)) == nd else nd)
+    stride, padding, dilation = per_dim(stride), per_dim(padding), per_dim(dilation)
+    if transposed:
+        return _conv_transpose(x, w, b, stride, padding, dilation, per_dim(output_padding),
+                               int(groups))
+    return fnn.conv(x, w, b, stride=stride, padding=padding, dilation=dilation,
                     groups=int(groups), bias_in_sum=True)
+
+
+def _insert_zeros(x, axis, s):
+    """``s - 1`` zeros between neighbours along ``axis`` (length n -> (n - 1)·s + 1): a new
+    axis of length 1 padded to s, merged into ``axis``, the trailing zeros cut."""
+    shape = _shape(x)
+    n = shape[axis]
+    y = fnp.reshape(x, shape[:axis + 1] + (1,) + shape[axis + 1:])
+    widths = [(0, 0)] * (len(shape) + 1)
+    widths[axis + 1] = (0, s - 1)
+    y = fnp.reshape(fnp.pad(y, widths), shape[:axis] + (n * s,) + shape[axis + 1:])
+    return y[(slice(None),) * axis + (slice(0, (n - 1) * s + 1),)]
+
+
+def _conv_transpose(x, w, b, stride, padding, dilation, output_padding, groups):
+    """A transposed convolution (ConvTranspose) as the convolution it is the adjoint of: the
+    input with ``stride - 1`` zeros between neighbours, padded by ``dilation·(k - 1) -
+    padding`` on each side (cropped where negative) and ``output_padding`` more at the end,
+    convolved at stride 1 with the kernel flipped in space and its in/out channels swapped
+    per group (w: (C_in, C_out/groups, *k) -> (C_out, C_in/groups, *k)). The same real sums
+    as torch's kernel, plus terms that are products with exact zeros: the bound's
+    accumulation term counts K = C_in/groups·Πk terms per output, more than the nonzero ones
+    (sound, slightly wide); the extra work is stride^nd times the direct kernel's."""
+    nd = len(stride)
+    for i, s in enumerate(stride):
+        if s > 1:
+            x = _insert_zeros(x, 2 + i, s)
+    k = _shape(w)[2:]
+    widths, crop = [(0, 0), (0, 0)], [slice(None), slice(None)]
+    for i in range(nd):
+        lo = dilation[i] * (k[i] - 1) - padding[i]
+        hi = lo + output_padding[i]
+        widths.append((max(lo, 0), max(hi, 0)))
+        n = _shape(x)[2 + i] + max(lo, 0) + max(hi, 0)
+        crop.append(slice(max(-lo, 0), n - max(-hi, 0)))
+    if any(a or c for a, c in widths[2:]):
+        x = fnp.pad(x, widths)
+    if any(c.start or c.stop != _shape(x)[2 + i] for i, c in enumerate(crop[2:])):
+        x = x[tuple(crop)]
+    cin, cog = _shape(w)[:2]
+    wt = fnp.reshape(w, (groups, cin // groups, cog) + tuple(k))
+    wt = fnp.transpose(wt, (0, 2, 1) + tuple(range(3, 3 + nd)))
+    wt = fnp.reshape(wt, (groups * cog, cin // groups) + tuple(k))
+    wt = fnp.flip(wt, tuple(range(2, 2 + nd)))
+    return fnn.conv(x, wt, b, stride=(1,) * nd, padding=(0,) * nd, dilation=dilation,
+                    groups=groups, bias_in_sum=True)
 
 
 def _bn_eval(ctx, x, w, b, mean, var, eps):
@@ -688,32 +737,56 @@ def _bn_legit(ctx, x, w, b, running_mean, running_var, momentum, eps):
     return (y, _Lazy(None, "batch-norm saved mean"), _Lazy(None, "batch-norm saved rstd"))
 
 
-@_op("aten._native_batch_norm_legit.no_stats")
-def _bn_batch_stats(ctx, x, w, b, training, momentum, eps):
-    """Normalization by the batch's own per-channel statistics, with no running stats to
-    update (``InstanceNorm``, ``BatchNorm(track_running_stats=False)``; a pure op): the
-    layer-norm composite over each channel's (N, *spatial) values -- channels moved first and
-    the rest flattened, biased variance, ``1/sqrt(var + eps)`` as torch's CPU kernel -- then
-    ``·w + b`` per channel. float32/float64 only: on float16/bfloat16 torch's CPU kernel
-    does arithmetic this does not model (its results differ from one opmath evaluation by more
-    than an ulp), so those raise."""
+def _normalize_rows(ctx, x, rows, back, w, b, eps, what):
+    """``rows`` (x in opmath, as 2-D rows) normalized by each row's own mean and biased
+    variance through the layer-norm composite, ``back`` to x's shape, then ``·w + b`` per
+    channel (dim 1) -- the batch statistics of ``InstanceNorm`` and friends, and group norm.
+    float32/float64 only: on float16/bfloat16 torch's CPU kernels do arithmetic this does
+    not model (their results differ from one opmath evaluation by more than an ulp)."""
     if np.dtype(ctx.dtype) in _HALF:
         raise UnmappedOpError(ctx.op, f" for {np.dtype(ctx.dtype)} inputs (torch's CPU kernel "
-                                      "arithmetic for half types is not modelled)")
+                                      f"arithmetic of {what} for half types is not modelled)")
     comp = _opmath(ctx.dtype)
-    shape = _shape(x)
-    nd, c = len(shape), shape[1]
-    perm = (1, 0) + tuple(range(2, nd))
-    xt = fnp.reshape(fnp.transpose(_cast(x, comp), perm), (c, -1))
-    y = fnn.layer_norm(xt, (int(np.prod(shape)) // c,), None, None, eps)
-    y = fnp.transpose(fnp.reshape(y, tuple(shape[i] for i in perm)), perm)
+    r = rows(_cast(x, comp))
+    y = back(fnn.layer_norm(r, (_shape(r)[-1],), None, None, eps))
+    nd, c = len(_shape(x)), _shape(x)[1]
     bcast = (1, c) + (1,) * (nd - 2)
     if w is not None:
         y = fnp.multiply(y, fnp.reshape(_cast(w, comp), bcast))
     if b is not None:
         y = fnp.add(y, fnp.reshape(_cast(b, comp), bcast))
-    return (_cast(y, ctx.dtype), _Lazy(None, "batch-norm saved mean"),
-            _Lazy(None, "batch-norm saved rstd"))
+    return _cast(y, ctx.dtype), r
+
+
+@_op("aten._native_batch_norm_legit.no_stats")
+def _bn_batch_stats(ctx, x, w, b, training, momentum, eps):
+    """Normalization by the batch's own per-channel statistics, with no running stats to
+    update (``InstanceNorm``, ``BatchNorm(track_running_stats=False)``; a pure op): each
+    channel's (N, *spatial) values a row (``_normalize_rows``; biased variance,
+    ``1/sqrt(var + eps)`` as torch's CPU kernel)."""
+    shape = _shape(x)
+    nd, c = len(shape), shape[1]
+    perm = (1, 0) + tuple(range(2, nd))
+    y, _ = _normalize_rows(
+        ctx, x, lambda z: fnp.reshape(fnp.transpose(z, perm), (c, -1)),
+        lambda z: fnp.transpose(fnp.reshape(z, tuple(shape[i] for i in perm)), perm),
+        w, b, eps, "batch norm")
+    return (y, _Lazy(None, "batch-norm saved mean"), _Lazy(None, "batch-norm saved rstd"))
+
+
+@_op("aten.native_group_norm")
+def _group_norm(ctx, x, w, b, n, c, hxw, group, eps):
+    """Group norm: each sample's group of C/G channels (with their spatial values) a row
+    (``_normalize_rows``), then the per-channel affine; torch's CPU kernel computes
+    ``x·(rstd·w) + (b - mean·rstd·w)``, which the layer-norm rule's evaluation error covers
+    with w = 1, b = 0 and the two roundings after it. Also returns the (N, G) mean and rstd
+    (computed only if the graph uses them)."""
+    shape, g = _shape(x), int(group)
+    y, r = _normalize_rows(ctx, x, lambda z: fnp.reshape(z, (shape[0] * g, -1)),
+                           lambda z: fnp.reshape(z, shape), w, b, eps, "group norm")
+    mean, rstd = _row_stats(r, (1,), eps, _opmath(ctx.dtype))
+    return (y, _Lazy(lambda: _cast(fnp.reshape(mean(), (shape[0], g)), ctx.dtype)),
+            _Lazy(lambda: _cast(fnp.reshape(rstd(), (shape[0], g)), ctx.dtype)))
 
 
 @_op("aten.native_batch_norm", "aten._native_batch_norm_legit")
@@ -725,6 +798,43 @@ def _bn(ctx, x, w, b, running_mean, running_var, training, momentum, eps):
     return (y, _Lazy(None, "batch-norm saved mean"), _Lazy(None, "batch-norm saved rstd"))
 
 
+@_op("aten.upsample_nearest1d", "aten.upsample_nearest2d", "aten.upsample_nearest3d",
+     "aten._upsample_nearest_exact1d", "aten._upsample_nearest_exact2d",
+     "aten._upsample_nearest_exact3d")
+def _upsample_nearest(ctx, x, output_size=None, *scales):
+    """Nearest-neighbour upsampling (``F.interpolate(mode="nearest")``): a gather, exact.
+    The source index of output i is torch's ``nearest_idx``: i where the size is unchanged,
+    i >> 1 where it doubles, else ``min(floor(i·scale), n - 1)`` in float32 (``nearest-exact``:
+    ``floor((i + 0.5)·scale)``), scale = 1/scale_factor where one is given, else n_in/n_out.
+    ``.vec`` overloads pass (output_size, scale_factors); the others (output_size, scales...)."""
+    shape = _shape(x)
+    nd = len(shape) - 2
+    if ".vec" in ctx.op:
+        factors = list(scales[0]) if scales and scales[0] is not None else [None] * nd
+    else:
+        factors = list(scales) + [None] * (nd - len(scales))
+    if output_size is None or len(_ints(output_size)) == 0:
+        output_size = [int(math.floor(shape[2 + i] * factors[i])) for i in range(nd)]
+    exact = "exact" in ctx.op
+    for i, (n_in, n_out) in enumerate(zip(shape[2:], _ints(output_size))):
+        f = factors[i]
+        dst = np.arange(n_out)
+        if n_out == n_in and not exact:
+            continue
+        if n_out == 2 * n_in and not exact:
+            src = dst >> 1
+        else:
+            scale = (np.float32(1.0 / f) if f is not None and f > 0
+                     else np.float32(n_in) / np.float32(n_out))
+            if exact:      # floorf((dst + 0.5) * scale): the product in double, then float
+                pos = ((dst + 0.5) * np.float64(scale)).astype(np.float32)
+            else:          # floorf(dst * scale): in float
+                pos = dst.astype(np.float32) * scale
+            src = np.minimum(np.floor(pos).astype(np.int64), n_in - 1)
+        x = fnp.take(x, src, axis=2 + i)
+    return x
+
+
 @_op("aten.native_layer_norm")
 def _layer_norm(ctx, x, normalized_shape, w, b, eps):
     comp = _opmath(ctx.dtype)
@@ -732,17 +842,21 @@ def _layer_norm(ctx, x, normalized_shape, w, b, eps):
                        None if w is None else _cast(w, comp),
                        None if b is None else _cast(b, comp), eps)
     nd, k = len(_shape(x)), len(_ints(normalized_shape))
-    axes = tuple(range(nd - k, nd))
+    mean, rstd = _row_stats(_cast(x, comp), tuple(range(nd - k, nd)), eps, comp)
+    return (_cast(y, ctx.dtype), _Lazy(mean), _Lazy(rstd))
 
-    def stats(which):
-        xx = _cast(x, comp)
-        mu = fnp.mean(xx, axes, keepdims=True)
-        if which == "mean":
-            return mu
-        d = fnp.subtract(xx, mu)
+
+def _row_stats(xx, axes, eps, comp):
+    """(mean, rstd) over ``axes`` of ``xx`` (opmath) as functions, kept dims: the saved
+    statistics of the normalization ops, built only if the graph reads them."""
+    def mean():
+        return fnp.mean(xx, axes, keepdims=True)
+
+    def rstd():
+        d = fnp.subtract(xx, mean())
         v = fnp.mean(fnp.multiply(d, d), axes, keepdims=True)
         return fnp.divide(_cast(1, comp), fnp.sqrt(fnp.add(v, _cast(eps, comp))))
-    return (_cast(y, ctx.dtype), _Lazy(lambda: stats("mean")), _Lazy(lambda: stats("rstd")))
+    return mean, rstd
 
 
 @_op("aten._softmax", "aten._log_softmax", "aten._safe_softmax", "aten.softmax.int",

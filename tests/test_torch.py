@@ -714,12 +714,16 @@ def test_dropout_in_training_mode_is_refused_and_eval_is_identity():
     (lambda: nn.InstanceNorm2d(4, affine=True), (2, 4, 9, 9)),
     (lambda: nn.InstanceNorm1d(3), (2, 3, 40)),
     (lambda: nn.BatchNorm2d(4, track_running_stats=False), (8, 4, 6, 6)),
+    (lambda: nn.GroupNorm(2, 6), (3, 6, 5, 5)),
+    (lambda: nn.GroupNorm(1, 4, affine=False), (2, 4, 33)),
+    (lambda: nn.GroupNorm(8, 8), (2, 8, 4, 4)),
 ])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
 def test_batch_statistics_normalization_contains_torchs_output(make, shape, offset, scale, dtype):
     """Instance norm and batch norm without running stats normalize by the batch's own
-    per-channel statistics (``_native_batch_norm_legit.no_stats``): the bound holds torch's
-    own output and the float64 one, also where x - mean cancels (offset 1000, spread 0.01)."""
+    per-channel statistics (``_native_batch_norm_legit.no_stats``), group norm by each
+    sample's channel groups (``native_group_norm``): the bound holds torch's own output and
+    the float64 one, also where x - mean cancels (offset 1000, spread 0.01)."""
     torch.manual_seed(8)
     m = make().eval()
     if getattr(m, "weight", None) is not None:
@@ -737,3 +741,79 @@ def test_batch_statistics_normalization_of_half_types_raises_naming_the_op():
     m = nn.InstanceNorm2d(4).eval().bfloat16()
     with pytest.raises(fit.UnmappedOpError, match=r"no_stats.*bfloat16"):
         fpx.interval(m)(torch.randn(2, 4, 3, 3).bfloat16())
+    with pytest.raises(fit.UnmappedOpError, match=r"group_norm.*bfloat16"):
+        fpx.interval(nn.GroupNorm(2, 4).bfloat16())(torch.randn(2, 4, 3, 3).bfloat16())
+
+
+def test_group_norm_saved_statistics_match_torchs():
+    """native_group_norm's other outputs, the (N, G) mean and rstd, where a graph reads them."""
+    x = torch.randn(3, 6, 4, 4, generator=torch.Generator().manual_seed(3)) * 2 + 1
+    w, b = torch.rand(6) + 0.5, torch.randn(6)
+
+    def f(z):
+        y, mean, rstd = torch.ops.aten.native_group_norm(z, w, b, 3, 6, 16, 2, 1e-5)
+        return y, mean, rstd
+    outs = fpx.interval(f)(x)
+    ref = f(x)
+    ref64 = torch.ops.aten.native_group_norm(x.double(), w.double(), b.double(), 3, 6, 16, 2,
+                                             1e-5)
+    for o, r, r64 in zip(outs, ref, ref64):
+        assert o.contains(r).all() and o.contains(r64).all()
+
+
+class _Interp(nn.Module):
+    def __init__(self, **kw):
+        super().__init__()
+        self.kw = kw
+
+    def forward(self, x):
+        return F.interpolate(x, **self.kw)
+
+
+@pytest.mark.parametrize("mode", ["nearest", "nearest-exact"])
+@pytest.mark.parametrize("shape", [(2, 3, 7), (2, 3, 5, 6), (1, 2, 3, 4, 5)])
+def test_nearest_upsampling_is_an_exact_gather_of_torchs_indices(shape, mode):
+    """``F.interpolate(mode="nearest"/"nearest-exact")`` (upsample_nearest*d): the value is
+    torch's output bit for bit and a point input's bound has zero width, for integer and
+    fractional scale factors (torch's float32 index arithmetic), sizes, and downsampling."""
+    x = torch.randn(*shape, generator=torch.Generator().manual_seed(4))
+    for kw in ({"scale_factor": 2}, {"scale_factor": 1.5}, {"scale_factor": 0.5},
+               {"scale_factor": 3.3}, {"size": tuple(n + 3 for n in shape[2:])},
+               {"size": tuple(max(1, n - 2) for n in shape[2:])},
+               {"scale_factor": 1.7, "recompute_scale_factor": True}):
+        m = _Interp(mode=mode, **kw)
+        iv = fpx.interval(m)(x)
+        assert np.array_equal(np.asarray(iv.value), m(x).numpy()), kw
+        assert np.all(iv.width == 0), kw
+    m = _Interp(mode=mode, scale_factor=1.5)
+    xi = fpx.Interval.around(x.numpy(), rel=1e-3)            # a box: the same gather of it
+    iv = fpx.interval(m)(xi)
+    assert np.array_equal(iv.lo, m(torch.from_numpy(xi.lo)).numpy())
+    assert np.array_equal(iv.hi, m(torch.from_numpy(xi.hi)).numpy())
+
+
+@pytest.mark.parametrize("nd", [1, 2])
+@pytest.mark.parametrize("groups", [1, 2])
+@pytest.mark.parametrize("stride,padding,output_padding,dilation", [
+    (1, 0, 0, 1), (2, 1, 1, 1), (3, 2, 0, 2), (2, 0, 1, 2), (1, 2, 0, 1)])
+def test_transposed_convolution_contains_torchs_output(nd, groups, stride, padding,
+                                                       output_padding, dilation):
+    """ConvTranspose (``aten.convolution`` with transposed=True) as the stride-1 convolution
+    of the zero-interleaved, padded (or cropped) input with the flipped kernel: the bound
+    holds torch's float32 and float64 outputs, and the value is close to torch's."""
+    torch.manual_seed(5)
+    Conv = nn.ConvTranspose1d if nd == 1 else nn.ConvTranspose2d
+    m = Conv(4, 6, 3, stride=stride, padding=padding, output_padding=output_padding,
+             dilation=dilation, groups=groups).eval()
+    x = torch.randn((2, 4) + (5,) * nd, generator=torch.Generator().manual_seed(6))
+    iv = fpx.interval(m)(x)
+    y = _run(m, x)
+    assert np.asarray(iv.value).shape == tuple(y.shape)
+    assert iv.contains(y).all()
+    assert iv.contains(_run(copy.deepcopy(m).double(), x.double())).all()
+    assert np.allclose(np.asarray(iv.value), y.numpy(), rtol=1e-5, atol=1e-5)
+    xi = fpx.Interval.around(x.numpy(), rel=1e-4)
+    out = fpx.interval(m)(xi)
+    for t in (0.0, 1.0):
+        p = torch.from_numpy((xi.lo + t * (xi.hi - xi.lo)).astype(np.float32))
+        assert out.contains(_run(m, p)).all()
