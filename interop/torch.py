@@ -1665,7 +1665,8 @@ def _to_fpx_leaf(x):
     if isinstance(x, torch.Tensor):
         return to_array(x)
     if isinstance(x, Interval) and isinstance(x.value, torch.Tensor):
-        return Interval(x.lo, x.hi, to_array(x.value), x.unstable)
+        # (the same numbers: the Interval checked them when it was built)
+        return Interval._trusted(x.lo, x.hi, to_array(x.value), x.unstable)
     return x
 
 
@@ -1675,7 +1676,9 @@ def _to_user_leaf(x, device):
         v = x.value
         if _is_arr(v) or isinstance(v, (np.ndarray, np.generic)):
             v = to_tensor(v, device)
-        return Interval(x.lo, x.hi, v, x.unstable)
+        # the same numbers as a tensor: no second check of lo <= value <= hi (~1.5 ms for a
+        # ResNet block's output, a quarter of its eager forward)
+        return Interval._trusted(x.lo, x.hi, v, x.unstable)
     if hasattr(x, "_fpx_convert"):
         return x._fpx_convert(lambda a: to_tensor(a, device))
     if isinstance(x, (np.ndarray, np.generic)) or _is_cupy(x):
