@@ -1343,15 +1343,16 @@ def _partial_sum_split(d_p, d, m):
     return (d_p + m * d / 2) / den * (1 + 6 * _E64), (m * d / 2) / den * (1 + 6 * _E64)
 
 
-def _split_terms(sp, K):
-    """(f, sb, cb, add) of a centre from two float32 GEMMs over the halves of K, added in
+def _split_terms(sp, K, kj=None):
+    """(f, sb, cb, add) of a centre from two float32 GEMMs over the halves of K (or any
+    parts of at most ``kj`` terms each: a convolution's input-channel blocks), added in
     float64: the radius α·T + β·|E| + e_C is at most ``f·T + sb·Σ|parts| + cb·|C| + add``.
     Each half's error (IEEE float32, any order) is <= α_h·T_h + β_h·|E_h|
     <= (α_h·T_h + β_h·|C_h|)/(1 - β_h) (``_partial_sum_split``), the float64 additions' error
     <= 2^-52·Σ|parts|, so e_C <= (α_h·T + β_h·(|C_1| + |C_2|))/(1 - β_h) + 2^-52·Σ|parts| +
     underflow, and α·T + β·|E| + e_C <= α·T + β·|C| + (1 + β)·e_C (|E| <= |C| + e_C). None
     without the partial-sum form (its halves are then as wide as the whole)."""
-    consts = _partial_sum_split(2.0 ** -24, 2.0 ** -24, K - K // 2 - 1)
+    consts = _partial_sum_split(2.0 ** -24, 2.0 ** -24, (K - K // 2 if kj is None else kj) - 1)
     if consts is None or not sp.beta:
         return None
     a_h, b_h = consts
@@ -1735,9 +1736,12 @@ def _weighted_value_centred(self, prim, x, w, b, params):
             L, m = np.abs(vx), float(np.max(np.abs(vx), initial=0.0))
             exact, cb = True, sp.beta
             bias_r = np.abs(bc) if in_sum else None
-            # a linear layer's float32 point input: the split-K centre (``_split_terms``)
+            # a linear layer's float32 point input: the split-K centre (``_split_terms``); a
+            # convolution's: two input-channel blocks (``_conv_split_bounds``)
             split = (_split_terms(sp, K) if prim.name == "linear"
-                     and _split_ok(self, vx, wc.T, wc.shape[-1]) else None)
+                     and _split_ok(self, vx, wc.T, wc.shape[-1]) else
+                     _split_terms(sp, K, _conv_block_terms(wc)) if prim.name == "conv"
+                     and self.matmul != "exact-center" and _conv_block_terms(wc) else None)
             if split is not None:
                 f = split[0]
             else:
@@ -1762,7 +1766,14 @@ def _weighted_value_centred(self, prim, x, w, b, params):
             return None
         top = F_acc.max if F_acc.has_inf else math.inf
         bounds = None
-        if split is not None:     # the halves' GEMMs; the float64 centre where that is wider
+        if split is not None and prim.name == "conv":
+            bounds = _conv_split_bounds(vx, wc, bc if in_sum else None, params, rad,
+                                        rad[2] + absterm + split[3], split, top)
+            if bounds is None:
+                center, f2, absterm = _own_point_centre(self, prim, vx, wc, bc, in_sum, params,
+                                                        K, sp, absterm)
+                rad = (rad[0], rad[1] / f * f2, rad[2] / f * f2)
+        elif split is not None:   # the halves' GEMMs; the float64 centre where that is wider
             bounds = _around_split_centre(
                 vx.reshape(-1, wc.shape[-1]), wc.T, bc.astype(np.float64) if in_sum else None,
                 vx.shape[:-1] + (wc.shape[0],), rad[0], rad[1], rad[2] + absterm + split[3],
@@ -1800,6 +1811,34 @@ def _own_point_centre(self, prim, x, w, b, in_sum, params, K, sp, absterm):
             absterm + c_abs * (1 + sp.beta) * (1 + 2 * _E64))
 
 
+def _conv_block_terms(w):
+    """The terms of a point convolution's larger input-channel block (two blocks per group:
+    ``_conv_split_bounds``), or 0 where a group has fewer than two input channels."""
+    cg = np.shape(w)[1]
+    return (cg - cg // 2) * int(np.prod(np.shape(w)[2:])) if cg >= 2 else 0
+
+
+def _conv_split_bounds(x, w, b, params, rad, add, split, top):
+    """(lo, hi) of a float32 point convolution around the float64 sum of two oneDNN float32
+    convolutions over halves of each group's input channels (``conv_blocks_f32``; a bias in
+    the sum is a third part), each bounded from its own value (``_split_terms``, the same
+    kernel as the split-K centre of matmul and linear). For cancelling terms as tight as the
+    four-block centre with the classic error it replaced, in one float32 convolution's time
+    (the four blocks and the separate float64 sum took ~1.5 ms more in a ResNet block);
+    where terms do not cancel at most (1 + 2K_j/K)x the float64 centre's bound. None where
+    it does not apply or a centre is not finite (the caller takes the float64 centre)."""
+    parts = _kconv.conv_blocks_f32(x, w, params.get("stride"), params.get("padding"),
+                                   params.get("dilation"), params.get("groups"), 2)
+    if parts is None:
+        return None
+    (c1, c2), _ = parts
+    c3 = 0.0 if b is None else \
+        np.asarray(b, np.float64).reshape((-1,) + (1,) * (np.ndim(c1) - 2))
+    lo, hi, n_bad, _ = _K.split_center_bounds(c1, c2, c3, rad[0], rad[1], add, top, split[2],
+                                              split[1], math.inf)
+    return None if n_bad else (lo, hi)
+
+
 def _weighted_radius(self, prim, L, absw, bias_r, params, K, scale):
     """(R, f, a) with scale·op(L, |w|, |b|) <= R·f + a for nonnegative float32 L, |w|, |b|:
     a conv on oneDNN in bfloat16 where it runs (``conv_upper_bf16``: operands rounded up), else
@@ -1815,30 +1854,14 @@ def _weighted_radius(self, prim, L, absw, bias_r, params, K, scale):
     return R, f, f * K * 2.0 ** -150
 
 
-# input-channel blocks of a point convolution's default centre (fpx.kernels.conv)
-_CENTRE_BLOCKS = 4
-
-
 def _point_centre(self, prim, x, w, b, params, K):
     """(centre, rel, abs): a centre of op(x, w, b) for float32 operands with
-    |centre - exact| <= rel·Σ|x||w| (+ rel·|b|) + abs.
-
-    * A conv on oneDNN, by default: the sum in float64 of ``_CENTRE_BLOCKS`` float32
-      convolutions over blocks of the input channels (``conv_split_f32``), rel =
-      γ_{K_j}(u32) + γ_{B+1}(u64)·(1 + γ_{K_j}(u32)) with K_j <= K/B + taps: 1.2-2.3 float32
-      convolutions' time against ~7 for torch's float64 one (im2col + MKL's DGEMM), for a
-      point bound ~1.5x wider than with the exact centre where terms cancel.
-    * Otherwise (and for every op with ``matmul="exact-center"``): the op in float64 -- exact
-      products, rel = γ_{K+2}(u64) -- on torch's float64 convolution where the float32 one
-      runs on oneDNN (one thread pool), else by the parent."""
+    |centre - exact| <= rel·Σ|x||w| (+ rel·|b|) + abs: the op in float64 -- exact products,
+    rel = γ_{K+2}(u64) -- on torch's float64 convolution where the float32 one runs on
+    oneDNN (one thread pool), else by the parent. (The default centres of float32 point
+    operands, split-K and input-channel blocks, are ``_split_terms``'.)"""
     conv_args = (params.get("stride"), params.get("padding"), params.get("dilation"),
                  params.get("groups"))
-    if prim.name == "conv" and self.matmul != "exact-center":
-        split = _kconv.conv_split_f32(x, w, b, *conv_args, _CENTRE_BLOCKS)
-        if split is not None:
-            y, kj = split
-            g32, g64 = _gamma(kj, 2.0 ** -24), _gamma(_CENTRE_BLOCKS + 1, 2.0 ** -53)
-            return y, _up(g32 + g64 * (1 + g32), 2), _up(4 * K * 2.0 ** -150, 1)
     exact = _kconv.conv_exact_f32(x, w, b, *conv_args) if prim.name == "conv" else None
     if exact is None:
         exact = self.bind_parent(prim, x.astype(np.float64), w.astype(np.float64),

@@ -22,15 +22,14 @@ torch's float64 convolution wherever ``conv_f32`` applies, to stay on one thread
 ``conv_upper_bf16`` (the rule's radius, an upper bound of a convolution of nonnegative
 operands) runs one oneDNN bfloat16 convolution of the operands rounded up to bfloat16 where
 the CPU has bfloat16 instructions: 2-3x faster than the float32 one here (AVX512-BF16).
-``conv_split_f32`` (the rule's default centre of a point convolution) sums oneDNN float32
-convolutions over blocks of input channels in float64: 1.2-2.3 float32 convolutions' time
-against ~7 for torch's float64 one, within ``γ_{K/blocks}(u32)·Σ|x·w|`` of the exact sum.
+``conv_blocks_f32`` (the parts of the rule's default centre of a point convolution): oneDNN
+float32 convolutions over blocks of input channels, which the rule adds in float64 -- about
+one float32 convolution's time against ~7 for torch's float64 one.
 torch is imported on the first call that could use it (not at ``import fpx``).
 """
 from __future__ import annotations
 
 
-import numba
 import numpy as np
 
 from fpx.kernels import bf16 as _bf16
@@ -115,25 +114,15 @@ def conv_exact_f32(x, w, b, stride, padding, dilation, groups):
     return y.contiguous().numpy()
 
 
-@numba.njit(cache=True)
-def _sum_f64(parts, out):
-    """out = ((parts[0] + parts[1]) + parts[2]) + ... elementwise, in float64, one pass."""
-    for i in range(out.size):
-        s = np.float64(parts[0][i])
-        for j in range(1, len(parts)):
-            s += np.float64(parts[j][i])
-        out[i] = s
-
-
-def conv_split_f32(x, w, b, stride, padding, dilation, groups, blocks):
-    """``Σ_j conv(x_j, w_j) (+ b)`` over ``blocks`` contiguous blocks of each group's input
-    channels, each a oneDNN float32 convolution, added in float64 in order j = 0, 1, ...
-    (then b): every output is a sum of K = C_in/groups·Π kernel products; block j holds K_j of
-    them, and its float32 sum is within γ_{K_j}(2^-24)·Σ_j|x·w| (+ K_j·2^-150 of underflow) of
-    their exact sum in any order, the float64 additions within γ_{blocks+1}(2^-53) of theirs
-    (Higham 2002, §3.1). Returns (float64 array, max K_j), or None where ``conv_f32`` does not
-    apply or a group has fewer than ``blocks`` input channels."""
-    torch = _engine(x, w, b)
+def conv_blocks_f32(x, w, stride, padding, dilation, groups, blocks):
+    """``[conv(x_j, w_j) for j in range(blocks)]`` over ``blocks`` contiguous blocks of each
+    group's input channels, each a oneDNN float32 convolution (float32 arrays, no bias), and
+    the largest block's number of terms K_j: every output of the whole convolution is the sum
+    of the blocks' outputs in exact arithmetic, and block j's float32 sum errs like any
+    float32 sum of K_j products (the caller adds them in float64 and bounds each from its own
+    value: the partial-sum form). None where ``conv_f32`` does not apply or a group has fewer
+    than ``blocks`` input channels."""
+    torch = _engine(x, w, None)
     cg = w.shape[1]
     if torch is None or blocks < 2 or cg < blocks:
         return None
@@ -148,12 +137,8 @@ def conv_split_f32(x, w, b, stride, padding, dilation, groups, blocks):
             wj = tw[:, lo:hi].contiguous()
             y = torch.mkldnn_convolution(xj, wj, None, pad, list(stride), list(dilation), g)
             parts.append(y.contiguous().numpy())
-    acc = np.empty(parts[0].shape, np.float64)
-    _sum_f64(tuple(p.reshape(-1) for p in parts), acc.reshape(-1))
-    if b is not None:
-        acc += np.asarray(b, np.float64).reshape((-1,) + (1,) * len(sp))
     k_taps = int(np.prod(w.shape[2:]))
-    return acc, max(hi - lo for lo, hi in zip(edges[:-1], edges[1:])) * k_taps
+    return parts, max(hi - lo for lo, hi in zip(edges[:-1], edges[1:])) * k_taps
 
 
 def conv_upper_bf16(x, w, b, stride, padding, dilation, groups):

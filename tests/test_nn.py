@@ -712,34 +712,41 @@ def test_conv_upper_bf16_bounds_the_exact_sum(case, scale, bias):
     assert _kconv.conv_upper_bf16(x.astype(F64), w.astype(F64), None, *args) is None
 
 
-@pytest.mark.parametrize("bias", [False, True])
+@pytest.mark.parametrize("blocks", [2, 3])
 @pytest.mark.parametrize("case", list(SPLIT_CASES))
-def test_conv_split_f32_is_within_its_bound_of_the_exact_sum(case, bias):
-    """The split centre (float32 convolutions over input-channel blocks, added in float64):
-    within (γ_{K_j}(2^-24) + γ_{B+1}(2^-53)(1 + γ_{K_j}))·Σ|x·w| + 4K·2^-150 of the exact
-    sum (the float64 convolution, with its own γ_{K+2}(2^-53)·Σ|x·w|), including uneven
-    blocks, groups, strides, asymmetric padding, 1-d and 3-d; None with fewer input channels
-    per group than blocks."""
+def test_conv_blocks_f32_sum_to_the_convolution_within_each_blocks_bound(case, blocks):
+    """The split centre's parts (float32 convolutions over input-channel blocks): each is the
+    convolution of its block within γ_{K_j}(2^-24)·Σ_j|x·w| (+ underflow) of its exact sum,
+    and the blocks' exact sums add up to the whole convolution's -- including uneven blocks,
+    groups, strides, asymmetric padding, 1-d and 3-d; None with fewer input channels per
+    group than blocks."""
     _engine_or_skip()
     xs, ws, kw = SPLIT_CASES[case]
     x, w = rnd(xs, 85).astype(F32), rnd(ws, 86).astype(F32)
-    b = rnd(ws[0], 87).astype(F32) if bias else None
     args = _conv_args(xs, ws, kw)
-    c, kj = _kconv.conv_split_f32(x, w, b, *args, 4)
-    cg, taps = ws[1], math.prod(ws[2:])
-    assert c.dtype == F64 and kj == -(-cg // 4) * taps
-    b64 = None if b is None else b.astype(F64)
-    ex = nn.conv(x.astype(F64), w.astype(F64), b64, **kw)
-    S = nn.conv(np.abs(x).astype(F64), np.abs(w).astype(F64),
-                None if b is None else np.abs(b64), **kw)
-    K = cg * taps + bias
-    g32, g64 = kj * 2.0 ** -24 / (1 - kj * 2.0 ** -24), 5 * 2.0 ** -53 / (1 - 5 * 2.0 ** -53)
-    tol = (g32 + g64 * (1 + g32)) * S + 4 * K * 2.0 ** -150 + 2 * (K + 2) * 2.0 ** -53 * S
-    assert c.shape == ex.shape and np.all(np.abs(c - ex) <= tol)
-    # fewer input channels per group than blocks: no split (the caller's float64 centre)
+    parts, kj = _kconv.conv_blocks_f32(x, w, *args, blocks)
+    cg, taps, g = ws[1], math.prod(ws[2:]), kw.get("groups", 1)
+    assert len(parts) == blocks and kj == (cg - cg * (blocks - 1) // blocks) * taps
+    x64, w64 = x.astype(F64), w.astype(F64)
+    total = np.zeros(parts[0].shape)
+    for j, p in enumerate(parts):
+        lo, hi = cg * j // blocks, cg * (j + 1) // blocks
+        sel = np.concatenate([np.arange(k * cg + lo, k * cg + hi) for k in range(g)])
+        xj, wj = x64[:, sel], w64[:, lo:hi]
+        ex = nn.conv(xj, wj, None, **kw)
+        S = nn.conv(np.abs(xj), np.abs(wj), None, **kw)
+        n = (hi - lo) * taps
+        g32 = n * 2.0 ** -24 / (1 - n * 2.0 ** -24)
+        tol = g32 * S + 4 * n * 2.0 ** -150 + 2 * (n + 2) * 2.0 ** -53 * S
+        assert p.dtype == F32 and p.shape == ex.shape
+        assert np.all(np.abs(p.astype(F64) - ex) <= tol)
+        total += ex
+    whole = nn.conv(x64, w64, None, **kw)
+    Sw = nn.conv(np.abs(x64), np.abs(w64), None, **kw)
+    assert np.all(np.abs(total - whole) <= 4 * (cg * taps + 2) * 2.0 ** -53 * Sw)
     xs3, ws3, kw3 = CONV_CASES["2d-basic"]                 # 3 input channels
-    assert _kconv.conv_split_f32(rnd(xs3, 1).astype(F32), rnd(ws3, 2).astype(F32), None,
-                                 *_conv_args(xs3, ws3, kw3), 4) is None
+    assert _kconv.conv_blocks_f32(rnd(xs3, 1).astype(F32), rnd(ws3, 2).astype(F32),
+                                  *_conv_args(xs3, ws3, kw3), 4) is None
 
 
 def test_conv_engine_steps_aside_for_tf32_and_other_dtypes():
