@@ -555,23 +555,6 @@ def _row_dot(x, y):
     return ((a0 + a1) + (a2 + a3)) + ((a4 + a5) + (a6 + a7))
 
 
-@numba.njit(inline="always")
-def _row_sum_abs(x):
-    """Σ |x| of a 1-D float64 array over eight lanes (as ``_row_sum``)."""
-    n = x.shape[0]
-    a0 = a1 = a2 = a3 = a4 = a5 = a6 = a7 = 0.0
-    j = 0
-    while j + 8 <= n:
-        a0, a1, a2, a3 = a0 + abs(x[j]), a1 + abs(x[j + 1]), a2 + abs(x[j + 2]), a3 + abs(x[j + 3])
-        a4, a5 = a4 + abs(x[j + 4]), a5 + abs(x[j + 5])
-        a6, a7 = a6 + abs(x[j + 6]), a7 + abs(x[j + 7])
-        j += 8
-    while j < n:
-        a0 += abs(x[j])
-        j += 1
-    return ((a0 + a1) + (a2 + a3)) + ((a4 + a5) + (a6 + a7))
-
-
 @numba.njit(cache=True, error_model="numpy")
 def _softmax_shift(lo, hi, r_s, a_s, k, dl, dh):
     """Per row of a finite box: the box widened by the subtraction's rounding, minus its
@@ -771,11 +754,12 @@ def _layer_norm_rows(v, lo, hi, w, b, eps_lo, eps_hi, g_mu, g_v, g_out, d_op, d_
             vr[j] = vv
             rr[j] = max(vv - lo[i, j], hi[i, j] - vv) * (1 + 3 * _E) + _TINY
             xa[j] = max(abs(lo[i, j]), abs(hi[i, j]))
+            dr[j] = abs(vv)                   # (|v| here; v - mean below)
         s_v = _row_sum(vr)
         s_r = _row_sum(rr)
         s_a = _row_sum(xa)
         s_q = _row_dot(xa, xa)
-        s_av = _row_sum_abs(vr)
+        s_av = _row_sum(dr)
         xm = max(_row_max(xa), 0.0)
         mv = s_v / n
         mr = s_r / n * (1 + g64) + _TINY              # >= mean(r)
