@@ -1282,7 +1282,18 @@ def _export(module, args, kwargs):
         for op in list(table.keys()):
             if str(op) in _KEEP:
                 del table[op]
+        table.update(_EXTRA_DECOMPOSITIONS())
         return ep.run_decompositions(table)
+
+
+def _EXTRA_DECOMPOSITIONS():
+    """Ops that core ATen keeps but fpx runs as torch's own decomposition into core ops:
+    bilinear upsampling (``F.interpolate(mode="bilinear")``) -- the source indices and weights
+    computed by interval ops, the gathers and the weighted sums as the kernel does them (its
+    linear and trilinear siblings are decomposed by default)."""
+    from torch._decomp import decomposition_table
+    ops = (torch.ops.aten.upsample_bilinear2d.vec, torch.ops.aten.upsample_bilinear2d.default)
+    return {op: decomposition_table[op] for op in ops if op in decomposition_table}
 
 
 class _FnModule(torch.nn.Module):

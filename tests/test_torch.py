@@ -792,6 +792,27 @@ def test_nearest_upsampling_is_an_exact_gather_of_torchs_indices(shape, mode):
     assert np.array_equal(iv.hi, m(torch.from_numpy(xi.hi)).numpy())
 
 
+@pytest.mark.parametrize("align_corners", [False, True])
+@pytest.mark.parametrize("mode,shape", [("bilinear", (2, 3, 5, 6)), ("linear", (2, 3, 7)),
+                                        ("trilinear", (1, 2, 3, 4, 5)), ("bicubic", (1, 2, 5, 6))])
+def test_linear_upsampling_contains_torchs_output(mode, shape, align_corners):
+    """``F.interpolate`` in the linear modes: torch's own decompositions (bilinear's added to
+    the export table; the others are core ATen's by default) -- source indices and weights
+    from interval ops, gathers, weighted sums. The bound holds torch's float32 kernel's output
+    and the float64 one; with ``align_corners=False`` at the usual scales it is tight (a
+    source position that is an exact integer, as align_corners=True makes many, is a floor
+    the bound cannot decide: the hull of both neighbours, marked unstable)."""
+    x = torch.randn(*shape, generator=torch.Generator().manual_seed(7))
+    for kw in ({"scale_factor": 2}, {"scale_factor": 1.5}, {"scale_factor": 0.5},
+               {"size": tuple(n + 3 for n in shape[2:])}):
+        m = _Interp(mode=mode, align_corners=align_corners, **kw)
+        iv = fpx.interval(m)(x)
+        assert iv.contains(m(x)).all() and iv.contains(m(x.double())).all(), kw
+        if not align_corners and kw.get("scale_factor") in (2, 1.5):
+            stable = iv.unstable is None or not np.any(iv.unstable)
+            assert stable and np.all(iv.width <= 1e-4 * (np.abs(m(x).numpy()) + 1)), kw
+
+
 @pytest.mark.parametrize("nd", [1, 2])
 @pytest.mark.parametrize("groups", [1, 2])
 @pytest.mark.parametrize("stride,padding,output_padding,dilation", [
