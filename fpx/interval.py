@@ -1265,6 +1265,50 @@ def _argmaxmin(self, prim, a, *, axis=None, keepdims=False):
     return self.new(v, first, last, un)
 
 
+@_rule("sort")
+def _sort(self, prim, a, *, axis):
+    """Sorting is exact, and the k-th smallest element is nondecreasing in every input, so
+    over a box it lies in [k-th smallest lo, k-th smallest hi]: the ends sorted separately.
+    A row with a NaN end (an unknown element, anywhere in the order) is NaN throughout."""
+    v = self.value_of(prim, (a,), {"axis": axis})
+    lo, hi, u, pt = self.bounds(a)
+    slo, shi = np.sort(lo, axis=axis), np.sort(hi, axis=axis)
+    with np.errstate(invalid="ignore"):
+        nan = np.any(np.isnan(lo) | np.isnan(hi), axis=axis, keepdims=True)
+    if np.any(nan):
+        slo, shi = np.where(nan, np.nan, slo), np.where(nan, np.nan, shi)
+    un = None if u is None else np.broadcast_to(np.any(u, axis=axis, keepdims=True), np.shape(lo))
+    return self.new(v, slo, shi, un, pt)
+
+
+@_rule("argsort")
+def _argsort(self, prim, a, *, axis):
+    """The index at sorted position p is certain where the element the program put there is
+    strictly above every element before it and strictly below every one after it, for every
+    point of the box (the largest upper end before p below its lower end, the least lower end
+    after p above its upper end; ties count as uncertain: implementations break them
+    differently). Elsewhere the index may be any in [0, n - 1]: that range, unstable."""
+    v = self.value_of(prim, (a,), {"axis": axis})
+    lo, hi, u, _ = self.bounds(a)
+    idx = np.asarray(concrete(v))
+    n = np.shape(lo)[axis] if np.ndim(lo) else 1
+    slo = np.take_along_axis(lo, idx, axis=axis)
+    shi = np.take_along_axis(hi, idx, axis=axis)
+    with np.errstate(invalid="ignore"):
+        before = np.maximum.accumulate(shi, axis=axis)      # max hi over positions <= p
+        after = np.flip(np.minimum.accumulate(np.flip(slo, axis), axis=axis), axis)
+        pad_hi = np.full_like(np.take(before, [0], axis=axis), -np.inf)
+        pad_lo = np.full_like(np.take(after, [0], axis=axis), np.inf)
+        prev_hi = np.concatenate([pad_hi, np.take(before, np.arange(n - 1), axis=axis)], axis)
+        next_lo = np.concatenate([np.take(after, np.arange(1, n), axis=axis), pad_lo], axis)
+        certain = (prev_hi < slo) & (shi < next_lo)
+    ind = idx.astype(np.float64)
+    lo_i, hi_i = np.where(certain, ind, 0.0), np.where(certain, ind, n - 1.0)
+    un = _or_unstable(None if u is None else np.broadcast_to(
+        np.any(u, axis=axis, keepdims=True), np.shape(lo)), ~certain if not certain.all() else None)
+    return self.new(v, lo_i, hi_i, un)
+
+
 # =============================================================================================
 # Matmul: midpoint-radius with BLAS
 # =============================================================================================

@@ -430,6 +430,24 @@ def argmin(a, axis=None, out=None, *, keepdims=False):
     return _P["argmin"].bind(a, axis=axis, keepdims=keepdims)
 
 
+def _sorting(name, a, axis, order):
+    if order is not None:
+        raise TypeError(f"fpx: numpy.{name}: structured arrays (order=) are not supported")
+    if axis is None:
+        a, axis = reshape(a, (-1,)), 0
+    return _P[name].bind(a, axis=_norm_axis(axis, _ndim(a)))
+
+
+def sort(a, axis=-1, kind=None, order=None, *, stable=None):
+    """numpy.sort (ascending; NaN last); ``axis=None`` sorts the flattened array."""
+    return _sorting("sort", a, axis, order)
+
+
+def argsort(a, axis=-1, kind=None, order=None, *, stable=None):
+    """numpy.argsort, always stable (equal elements keep their order, as kind="stable")."""
+    return _sorting("argsort", a, axis, order)
+
+
 def any(a, axis=None, out=None, keepdims=False):
     _no_out(out, "any")
     b = astype(a, bool)
@@ -1094,6 +1112,7 @@ _NP_NAMES = [
     "concatenate", "concat", "stack", "split", "flip", "take", "take_along_axis", "tile",
     "repeat", "pad", "tensordot", "dot", "vecdot", "outer", "inner", "einsum", "where", "clip",
     "round", "around", "zeros_like", "ones_like", "empty_like", "full_like", "astype", "square",
+    "sort", "argsort",
 ]
 for _n in _NP_NAMES:
     # aliases (np.permute_dims is np.transpose) keep their first, NumPy-signature entry

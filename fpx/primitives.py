@@ -12,7 +12,8 @@ compare        lt le gt ge eq ne isnan isinf isfinite logical_and logical_or log
                logical_not where
 cast           cast (to a float format or an integer/bool dtype)
 matmul         matmul (np.matmul semantics, incl. 1-D operands and broadcast batch dims)
-reduction      reduce_sum reduce_prod reduce_max reduce_min argmax argmin cumsum
+reduction      reduce_sum reduce_prod reduce_max reduce_min argmax argmin cumsum sort
+               argsort
 movement       reshape transpose broadcast_to getitem concatenate pad
 =============  ==============================================================================
 
@@ -122,6 +123,10 @@ Primitive("cumsum", lambda B: lambda x, *, axis, dtype=None: B.xp.cumsum(
     x, axis=axis, dtype=dtype), kind="reduction", doc="Sequential running sum along one axis.")
 
 # -- movement: exact, no arithmetic --------------------------------------------------------
+Primitive("sort", lambda B: lambda x, *, axis: B.xp.sort(x, axis=axis), kind="reduction",
+          doc="Ascending sort along an axis (NaN last); exact: the values are permuted.")
+Primitive("argsort", lambda B: lambda x, *, axis: B.xp.argsort(x, axis=axis, kind="stable"),
+          kind="reduction", doc="The stable ascending sort's indices along an axis.")
 Primitive("reshape", lambda B: lambda x, *, shape: B.xp.reshape(x, shape), kind="movement",
           doc="Reshape (C order).")
 Primitive("transpose", lambda B: lambda x, *, axes: B.xp.transpose(x, axes), kind="movement",

@@ -464,6 +464,12 @@ def _reduce_exact(self, prim, a, *, axis=None, keepdims=False):
     return self.new(self.bind_parent(prim, v, axis=axis, keepdims=keepdims), b)
 
 
+@_rule("sort", "argsort")
+def _sort(self, prim, a, *, axis):
+    v, b, nd = self.unpack(a)
+    return self.new(self.bind_parent(prim, v, axis=int(axis) % nd + (1 if b else 0)), b)
+
+
 @_rule("argmax", "argmin")
 def _arg(self, prim, a, *, axis=None, keepdims=False):
     v, b, nd = self.unpack(a)

@@ -573,6 +573,39 @@ def _maxmin_dim(ctx, x, dim, keepdim=False):
     return (vals, _Lazy(lambda: (fnp.argmax if ismax else fnp.argmin)(x, d, keepdims=keepdim)))
 
 
+def _sorted_along(x, d, descending):
+    """(values, indices) of torch's sort along ``d``: ascending as NumPy's stable sort (NaN
+    last); descending as its reverse (NaN first, as torch; ties in reverse order -- the
+    interval rule counts ties as undecided, so any tie order is inside its bound)."""
+    vals, idx = fnp.sort(x, axis=d), fnp.argsort(x, axis=d)
+    if descending:
+        vals, idx = fnp.flip(vals, d), fnp.flip(idx, d)
+    return vals, _cast(idx, np.int64)
+
+
+@_op("aten.sort.default", "aten.sort.stable")
+def _sort(ctx, x, dim=-1, descending=False, *, stable=None):
+    """``torch.sort`` (``sort.stable`` passes dim and descending by keyword): exact values
+    (the interval rule's order statistics), indices certain only where the order is decided
+    for every point of the box."""
+    d = _dim(dim, len(_shape(x)))
+    return _sorted_along(x, d, bool(descending))
+
+
+@_op("aten.topk")
+def _topk(ctx, x, k, dim=-1, largest=True, sorted=True):
+    """``torch.topk`` with ``sorted=True``: the first k of the sort (descending for the
+    largest). ``sorted=False`` returns them in an order torch leaves unspecified, which no
+    position-wise bound can follow: it raises."""
+    if not sorted:
+        raise UnmappedOpError(ctx.op, " with sorted=False (an unspecified order of the k "
+                                      "values); use sorted=True")
+    d = _dim(dim, len(_shape(x)))
+    vals, idx = _sorted_along(x, d, bool(largest))
+    first = (slice(None),) * d + (slice(0, int(k)),)
+    return vals[first], idx[first]
+
+
 @_op("aten.argmax", "aten.argmin")
 def _argmaxmin(ctx, x, dim=None, keepdim=False):
     f = fnp.argmax if ctx.op.startswith("aten.argmax") else fnp.argmin

@@ -301,7 +301,7 @@ def test_escape_message_names_the_user_line(x):
 
 @pytest.mark.parametrize("call,name", [
     (lambda t: np.linalg.inv(t), "numpy.linalg.inv"), (lambda t: np.fft.fft(t), "numpy.fft.fft"),
-    (lambda t: np.sort(t), "numpy.sort"), (lambda t: np.hypot(t, t), "numpy.hypot"),
+    (lambda t: np.partition(t, 1), "numpy.partition"), (lambda t: np.hypot(t, t), "numpy.hypot"),
     (lambda t: np.add.outer(t, t), "numpy.add.outer"), (lambda t: np.median(t), "numpy.median"),
     (lambda t: np.cumprod(t), "numpy.cumprod")])
 def test_unsupported_numpy_function(call, name, x):

@@ -1521,6 +1521,43 @@ def test_float_floor_divide_is_the_exact_floor_where_every_execution_gives_it(dt
         assert outb.contains(q)[good].all()
 
 
+@pytest.mark.parametrize("axis", [-1, 0, None])
+def test_sort_and_argsort_bounds_hold_every_point_of_the_box(axis):
+    """sort: the k-th smallest over a box is [k-th smallest lo, k-th smallest hi]; argsort:
+    an index is certain (zero width) only where the order is decided for every point, else
+    [0, n - 1] and unstable. Checked against np.sort/np.argsort of points sampled in boxes
+    that overlap, of exact ties (uncertain: implementations break them differently) and of
+    a NaN (its row unknown)."""
+    rng = np.random.default_rng(41)
+    x = rng.standard_normal((5, 9)).astype(np.float32)
+    x[1, 3] = x[1, 5]                                        # a tie
+    rad = np.where(rng.random(x.shape) < 0.3, 0.5, 1e-4)
+    xi = fpx.Interval(x - rad, x + rad, x)
+    srt = fpx.interval(lambda h: fnp.sort(h, axis=axis))(xi)
+    arg = fpx.interval(lambda h: fnp.argsort(h, axis=axis))(xi)
+    assert np.array_equal(np.asarray(srt.value), np.sort(x, axis=axis))
+    assert np.array_equal(np.asarray(arg.value), np.argsort(x, axis=axis, kind="stable"))
+    for t in range(40):
+        p = (xi.lo + rng.random(x.shape) * (xi.hi - xi.lo)).astype(np.float32)
+        p = np.clip(p, xi.lo, xi.hi).astype(np.float32)
+        p = np.where((p < xi.lo) | (p > xi.hi), x, p)
+        assert srt.contains(np.sort(p, axis=axis)).all()
+        assert arg.contains(np.argsort(p, axis=axis, kind="stable")).all()
+    certain = np.asarray(arg.lo) == np.asarray(arg.hi)
+    assert certain.any() and not certain.all()
+    un = np.zeros(certain.shape, bool) if arg.unstable is None else np.asarray(arg.unstable)
+    assert np.array_equal(un, ~certain)
+    if axis == -1:   # the tie's two positions are undecided even for the exact points
+        pt = fpx.interval(lambda h: fnp.argsort(h, axis=-1))(x)
+        pos = np.nonzero(np.isin(np.asarray(pt.value)[1], [3, 5]))[0]
+        assert np.all(pt.lo[1, pos] == 0) and np.all(pt.hi[1, pos] == 8)
+        assert np.sum(pt.lo != pt.hi) == 2
+        xn = x.copy()
+        xn[2, 4] = np.nan
+        out = fpx.interval(lambda h: fnp.sort(h, axis=-1))(xn)
+        assert np.isnan(out.lo[2]).all() and not np.isnan(out.lo[[0, 1, 3, 4]]).any()
+
+
 @pytest.mark.parametrize("case", list(INTEGER_CASES))
 def test_integer_results_are_exact_and_wrap_around_gives_the_dtypes_range(case):
     """Integer arithmetic is exact: the bounds are the integer result itself (no widening),

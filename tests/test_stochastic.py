@@ -1100,3 +1100,16 @@ def test_fast_float32_running_sums(mode, cumulative):
     exact = np.cumsum(ints, axis=1) if cumulative else ints.sum(axis=1, keepdims=True)
     if mode != "ud":                                              # UD moves exact results
         assert np.array_equal(ye, np.broadcast_to(exact, ye.shape))
+
+
+@pytest.mark.parametrize("mode", ["sr", "ud"])
+def test_sort_and_argsort_are_exact_per_sample(mode):
+    """sort/argsort add no rounding: each sample's sort is the sort of that sample's input
+    (the samples' leading axis is not sorted over)."""
+    rng = np.random.default_rng(5)
+    x = rng.standard_normal((4, 9)).astype(np.float32)
+    pre = run(lambda h: h * np.float32(1.1), x, mode=mode, samples=6, seed=3)
+    srt = run(lambda h: fnp.sort(h * np.float32(1.1), axis=-1), x, mode=mode, samples=6, seed=3)
+    arg = run(lambda h: fnp.argsort(h * np.float32(1.1), axis=0), x, mode=mode, samples=6, seed=3)
+    assert srt.shape == (6, 4, 9) and np.array_equal(srt, np.sort(pre, axis=-1))
+    assert np.array_equal(arg, np.argsort(pre, axis=1, kind="stable"))

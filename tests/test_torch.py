@@ -813,6 +813,45 @@ def test_linear_upsampling_contains_torchs_output(mode, shape, align_corners):
             assert stable and np.all(iv.width <= 1e-4 * (np.abs(m(x).numpy()) + 1)), kw
 
 
+class _Sort(nn.Module):
+    def __init__(self, fn, **kw):
+        super().__init__()
+        self.fn, self.kw = fn, kw
+
+    def forward(self, x):
+        return self.fn(x, **self.kw)
+
+
+@pytest.mark.parametrize("fn,kw", [
+    (torch.sort, {}), (torch.sort, {"dim": 1}), (torch.sort, {"descending": True}),
+    (torch.sort, {"dim": 0, "descending": True, "stable": True}), (torch.topk, {"k": 3}),
+    (torch.topk, {"k": 2, "dim": 1, "largest": False}), (torch.topk, {"k": 7})])
+def test_sort_and_topk_contain_torchs_values_and_indices(fn, kw):
+    """``torch.sort`` / ``torch.topk`` (aten.sort, sort.stable, topk): values bit for bit and
+    inside the order-statistic bounds; indices inside their bounds, exact where the order is
+    decided; also on a box whose elements overlap (sampled points' sorts inside)."""
+    x = torch.randn(3, 5, 7, generator=torch.Generator().manual_seed(8))
+    m = _Sort(fn, **kw)
+    vals, idx = fpx.interval(m)(x)
+    ref = m(x)
+    assert np.array_equal(np.asarray(vals.value), ref[0].numpy()) and vals.contains(ref[0]).all()
+    assert np.array_equal(np.asarray(idx.value), ref[1].numpy()) and idx.contains(ref[1]).all()
+    assert np.all(vals.width == 0)
+    xi = fpx.Interval.around(x.numpy(), 0.05)
+    vb, ib = fpx.interval(m)(xi)
+    rng = np.random.default_rng(9)
+    for _ in range(10):
+        p = (xi.lo + rng.random(xi.lo.shape) * (xi.hi - xi.lo)).astype(np.float32)
+        p = np.where((p < xi.lo) | (p > xi.hi), x.numpy(), p)
+        r = m(torch.from_numpy(p))
+        assert vb.contains(r[0]).all() and ib.contains(r[1]).all()
+
+
+def test_topk_with_unsorted_order_raises_naming_it():
+    with pytest.raises(fit.UnmappedOpError, match=r"topk.*sorted=False"):
+        fpx.interval(_Sort(torch.topk, k=2, sorted=False))(torch.randn(3, 6))
+
+
 @pytest.mark.parametrize("nd", [1, 2])
 @pytest.mark.parametrize("groups", [1, 2])
 @pytest.mark.parametrize("stride,padding,output_padding,dilation", [
