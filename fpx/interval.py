@@ -1272,12 +1272,12 @@ def _sort(self, prim, a, *, axis):
     A row with a NaN end (an unknown element, anywhere in the order) is NaN throughout."""
     v = self.value_of(prim, (a,), {"axis": axis})
     lo, hi, u, pt = self.bounds(a)
-    slo, shi = np.sort(lo, axis=axis), np.sort(hi, axis=axis)
-    with np.errstate(invalid="ignore"):
-        nan = np.any(np.isnan(lo) | np.isnan(hi), axis=axis, keepdims=True)
-    if np.any(nan):
-        slo, shi = np.where(nan, np.nan, slo), np.where(nan, np.nan, shi)
-    un = None if u is None else np.broadcast_to(np.any(u, axis=axis, keepdims=True), np.shape(lo))
+    xp = _xp(lo)
+    slo, shi = xp.sort(lo, axis=axis), xp.sort(hi, axis=axis)
+    nan = xp.any(xp.isnan(lo) | xp.isnan(hi), axis=axis, keepdims=True)
+    if bool(xp.any(nan)):
+        slo, shi = xp.where(nan, xp.nan, slo), xp.where(nan, xp.nan, shi)
+    un = None if u is None else xp.broadcast_to(xp.any(u, axis=axis, keepdims=True), lo.shape)
     return self.new(v, slo, shi, un, pt)
 
 
@@ -1290,22 +1290,25 @@ def _argsort(self, prim, a, *, axis):
     differently). Elsewhere the index may be any in [0, n - 1]: that range, unstable."""
     v = self.value_of(prim, (a,), {"axis": axis})
     lo, hi, u, _ = self.bounds(a)
-    idx = np.asarray(concrete(v))
-    n = np.shape(lo)[axis] if np.ndim(lo) else 1
-    slo = np.take_along_axis(lo, idx, axis=axis)
-    shi = np.take_along_axis(hi, idx, axis=axis)
-    with np.errstate(invalid="ignore"):
-        before = np.maximum.accumulate(shi, axis=axis)      # max hi over positions <= p
-        after = np.flip(np.minimum.accumulate(np.flip(slo, axis), axis=axis), axis)
-        pad_hi = np.full_like(np.take(before, [0], axis=axis), -np.inf)
-        pad_lo = np.full_like(np.take(after, [0], axis=axis), np.inf)
-        prev_hi = np.concatenate([pad_hi, np.take(before, np.arange(n - 1), axis=axis)], axis)
-        next_lo = np.concatenate([np.take(after, np.arange(1, n), axis=axis), pad_lo], axis)
-        certain = (prev_hi < slo) & (shi < next_lo)
-    ind = idx.astype(np.float64)
-    lo_i, hi_i = np.where(certain, ind, 0.0), np.where(certain, ind, n - 1.0)
-    un = _or_unstable(None if u is None else np.broadcast_to(
-        np.any(u, axis=axis, keepdims=True), np.shape(lo)), ~certain if not certain.all() else None)
+    xp = _xp(lo)
+    idx = xp.asarray(concrete(v))
+    n = lo.shape[axis]
+    if lo.size == 0:
+        return self.new(v, lo, hi, u)
+    slo = xp.take_along_axis(lo, idx, axis=axis)
+    shi = xp.take_along_axis(hi, idx, axis=axis)
+    before = xp.maximum.accumulate(shi, axis=axis)          # max hi over positions <= p
+    after = xp.flip(xp.minimum.accumulate(xp.flip(slo, axis), axis=axis), axis)
+    pad_hi = xp.full_like(xp.take(before, xp.arange(1), axis=axis), -xp.inf)
+    pad_lo = xp.full_like(xp.take(after, xp.arange(1), axis=axis), xp.inf)
+    prev_hi = xp.concatenate([pad_hi, xp.take(before, xp.arange(n - 1), axis=axis)], axis)
+    next_lo = xp.concatenate([xp.take(after, xp.arange(1, n), axis=axis), pad_lo], axis)
+    certain = (prev_hi < slo) & (shi < next_lo)          # (NaN compares False: uncertain)
+    ind = idx.astype(xp.float64)
+    lo_i, hi_i = xp.where(certain, ind, 0.0), xp.where(certain, ind, n - 1.0)
+    un = _or_unstable(None if u is None else xp.broadcast_to(
+        xp.any(u, axis=axis, keepdims=True), lo.shape),
+        None if bool(xp.all(certain)) else ~certain)
     return self.new(v, lo_i, hi_i, un)
 
 
