@@ -1871,7 +1871,7 @@ def _conv_split_bounds(x, w, b, params, rad, add, split, top):
     the sum is a third part), each bounded from its own value (``_split_terms``, the same
     kernel as the split-K centre of matmul and linear). For cancelling terms as tight as the
     four-block centre with the classic error it replaced, in one float32 convolution's time
-    (the four blocks and the separate float64 sum took ~1.5 ms more in a ResNet block);
+    (the four blocks and the separate float64 sum took ~2 ms more in a ResNet block conv);
     where terms do not cancel at most (1 + 2K_j/K)x the float64 centre's bound. None where
     it does not apply or a centre is not finite (the caller takes the float64 centre)."""
     parts = _kconv.conv_blocks_f32(x, w, params.get("stride"), params.get("padding"),
