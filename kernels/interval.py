@@ -591,15 +591,21 @@ def _softmax_row_bounds(dl, dh, el, eh, sl, sh, r_e, a_e, r_d, a_d, inv_dl_hi, i
         under |= (e_l == 0.0) | (den == 0.0)
         plo = max(e_l / (e_l + others_hi) * (1 - 4 * _E), 0.0)
         phi = min(e_h / den * (1 + 4 * _E), 1.0)
-        nl = plo * (1 - r_e) - a_e
-        nh = phi * (1 + r_e) + a_e
-        # nl / dhigh (nl >= 0) or nl / dlow, nh / dlow, through reciprocals rounded outward
-        # (each product's own rounding included: see the caller)
-        qlo = nl * (inv_dh_lo if nl >= 0 else inv_dl_hi)
-        qhi = nh * inv_dl_hi
-        ylo[j] = (qlo * (1 - r_d) - a_d) * (1 - k) - abs(qlo) * k - _TINY
-        yhi[j] = (qhi * (1 + r_d) + a_d) * (1 + k) + _TINY
+        ylo[j], yhi[j] = _softmax_out(plo, phi, r_e, a_e, r_d, a_d, inv_dl_hi, inv_dh_lo, k)
     return under
+
+
+@numba.njit(inline="always")
+def _softmax_out(plo, phi, r_e, a_e, r_d, a_d, inv_dl_hi, inv_dh_lo, k):
+    """The bounds of one output from the exact ratio's range [plo, phi]: the exp's error,
+    nl / dhigh (nl >= 0) or nl / dlow and nh / dlow through reciprocals rounded outward (each
+    product's own rounding included: see ``_softmax_rows``), the division's error."""
+    nl = plo * (1 - r_e) - a_e
+    nh = phi * (1 + r_e) + a_e
+    qlo = nl * (inv_dh_lo if nl >= 0 else inv_dl_hi)
+    qhi = nh * inv_dl_hi
+    return ((qlo * (1 - r_d) - a_d) * (1 - k) - abs(qlo) * k - _TINY,
+            (qhi * (1 + r_d) + a_d) * (1 + k) + _TINY)
 
 
 @numba.njit(cache=True, error_model="numpy")
@@ -667,12 +673,7 @@ def _softmax_row_underflow(dl, dh, el, eh, sl, sh, libm, ylo, yhi, r_e, a_e, r_d
         else:
             phi = e_h / (e_h + others_lo) * (1 + 4 * _E)
         phi = _nmin(phi, 1.0)
-        nl = plo * (1 - r_e) - a_e
-        nh = phi * (1 + r_e) + a_e
-        qlo = nl * (inv_dh_lo if nl >= 0 else inv_dl_hi)
-        qhi = nh * inv_dl_hi
-        ylo[j] = (qlo * (1 - r_d) - a_d) * (1 - k) - abs(qlo) * k - _TINY
-        yhi[j] = (qhi * (1 + r_d) + a_d) * (1 + k) + _TINY
+        ylo[j], yhi[j] = _softmax_out(plo, phi, r_e, a_e, r_d, a_d, inv_dl_hi, inv_dh_lo, k)
 
 
 def softmax_bounds(lo, hi, r_s, a_s, k, r_e, a_e, r_d, a_d, dlow, dhigh, g64, libm):
