@@ -813,6 +813,87 @@ def test_linear_upsampling_contains_torchs_output(mode, shape, align_corners):
             assert stable and np.all(iv.width <= 1e-4 * (np.abs(m(x).numpy()) + 1)), kw
 
 
+class _RMSNorm(nn.Module):
+    def __init__(self, d):
+        super().__init__()
+        self.w = nn.Parameter(torch.ones(d) + 0.1 * torch.randn(d))
+
+    def forward(self, x):
+        return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + 1e-6) * self.w
+
+
+class _LlamaBlock(nn.Module):
+    """A Llama-style decoder block: RMSNorm, rotary embeddings (cos/sin buffers, rotate-half
+    by slicing and cat), grouped-query attention (repeat_interleave of K and V), causal SDPA,
+    a SwiGLU MLP."""
+
+    def __init__(self, d=64, h=4, kv=2, t=16):
+        super().__init__()
+        self.h, self.kv, self.hd = h, kv, d // h
+        self.n1, self.n2 = _RMSNorm(d), _RMSNorm(d)
+        self.q = nn.Linear(d, d, bias=False)
+        self.k = nn.Linear(d, kv * self.hd, bias=False)
+        self.v = nn.Linear(d, kv * self.hd, bias=False)
+        self.o = nn.Linear(d, d, bias=False)
+        self.g, self.u = nn.Linear(d, 4 * d, bias=False), nn.Linear(d, 4 * d, bias=False)
+        self.dn = nn.Linear(4 * d, d, bias=False)
+        ang = torch.arange(t)[:, None] / (10000 ** (torch.arange(0, self.hd, 2) / self.hd))[None]
+        emb = torch.cat([ang, ang], -1)
+        self.register_buffer("cos", emb.cos())
+        self.register_buffer("sin", emb.sin())
+
+    def _rope(self, x, n):
+        x1, x2 = x[..., : self.hd // 2], x[..., self.hd // 2:]
+        return x * self.cos[:n] + torch.cat((-x2, x1), dim=-1) * self.sin[:n]
+
+    def forward(self, x):
+        b, n, d = x.shape
+        y = self.n1(x)
+        q = self.q(y).view(b, n, self.h, self.hd).transpose(1, 2)
+        k = self.k(y).view(b, n, self.kv, self.hd).transpose(1, 2)
+        v = self.v(y).view(b, n, self.kv, self.hd).transpose(1, 2)
+        q, k = self._rope(q, n), self._rope(k, n)
+        k = k.repeat_interleave(self.h // self.kv, dim=1)
+        v = v.repeat_interleave(self.h // self.kv, dim=1)
+        a = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        x = x + self.o(a.transpose(1, 2).reshape(b, n, d))
+        y = self.n2(x)
+        return x + self.dn(F.silu(self.g(y)) * self.u(y))
+
+
+class _TinyViT(nn.Module):
+    """Patch-embedding convolution, a cls token, learned positions, a pre-norm GELU encoder
+    layer, a linear head on the cls token."""
+
+    def __init__(self):
+        super().__init__()
+        self.pe = nn.Conv2d(3, 32, 4, stride=4)
+        self.cls = nn.Parameter(torch.randn(1, 1, 32))
+        self.pos = nn.Parameter(torch.randn(1, 5, 32) * 0.02)
+        self.enc = nn.TransformerEncoderLayer(32, 4, 64, dropout=0.0, batch_first=True,
+                                              norm_first=True, activation="gelu")
+        self.head = nn.Linear(32, 10)
+
+    def forward(self, x):
+        p = self.pe(x).flatten(2).transpose(1, 2)
+        p = torch.cat([self.cls.expand(x.shape[0], -1, -1), p], 1) + self.pos
+        return self.head(self.enc(p)[:, 0])
+
+
+@pytest.mark.parametrize("make,shape", [(_LlamaBlock, (2, 16, 64)), (_TinyViT, (2, 3, 8, 8))],
+                         ids=["llama-block", "vit"])
+def test_modern_blocks_contain_torchs_outputs(make, shape):
+    """A Llama-style decoder block and a small ViT, end to end: the bound holds torch's
+    float32 and float64 outputs and is finite."""
+    torch.manual_seed(11)
+    m = make().eval()
+    x = torch.randn(*shape, generator=torch.Generator().manual_seed(12))
+    iv = fpx.interval(m)(x)
+    assert iv.contains(_run(m, x)).all()
+    assert iv.contains(_run(copy.deepcopy(m).double(), x.double())).all()
+    assert np.all(np.isfinite(iv.lo)) and np.all(np.isfinite(iv.hi))
+
+
 class _Sort(nn.Module):
     def __init__(self, fn, **kw):
         super().__init__()
