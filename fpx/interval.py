@@ -37,7 +37,7 @@ from fpx import tree
 from fpx.kernels import conv as _kconv
 from fpx import nn as _nn
 from fpx.kernels import interval as _K
-from fpx.core import (PRIMITIVES, Interpreter, Tracer, concrete,
+from fpx.core import (PRIMITIVES, EvalInterpreter, Interpreter, Tracer, concrete,
                       current_interpreter, using)
 from fpx.policy import get_policy
 from fpx.transform import adapt, as_array, check_dtype, is_array_leaf, wraps
@@ -544,9 +544,18 @@ def _batch_norm(self, prim, x, mean, var, weight=None, bias=None, *, axis, eps):
     px = concrete(x.primal)
     alpha, beta = _nn.batch_norm_coefficients(*stats, eps, np.asarray(px).dtype, np.ndim(px),
                                               axis)
-    with using(self.parent):            # the decomposition's last two ops, by the parent
-        v = _nn.scale_shift(x.primal, self.primal_of(alpha), self.primal_of(beta))
-    dt = np.asarray(concrete(v)).dtype
+    va, vb = self.primal_of(alpha), self.primal_of(beta)
+    # the value in the bound's own pass where the parent is NumPy's evaluation of same-dtype
+    # float32/float64 arrays (the same two IEEE roundings as its ufuncs); else by the parent
+    fused = (type(self.parent) is EvalInterpreter and isinstance(px, np.ndarray)
+             and px.dtype in (np.float32, np.float64)
+             and all(isinstance(z, np.ndarray) and z.dtype == px.dtype for z in (va, vb)))
+    if fused:
+        dt = px.dtype
+    else:
+        with using(self.parent):            # the decomposition's last two ops, by the parent
+            v = _nn.scale_shift(x.primal, va, vb)
+        dt = np.asarray(concrete(v)).dtype
     F = _fmt_of(dt)
     accs = None if F is None else (self.accuracy("mul", F), self.accuracy("add", F))
     slo, shi, su, _ = self.bounds(alpha, dt)
@@ -557,7 +566,11 @@ def _batch_norm(self, prim, x, mean, var, weight=None, bias=None, *, axis, eps):
         return _nn.scale_shift(x, alpha, beta)
     (r1, a1, top), (r2, a2, _) = (_rounding_terms(F, a.ulps, a.absolute, steps=1)
                                   for a in accs)
-    lo, hi = _K.affine_bounds(x.lo, x.hi, slo, shi, tlo, thi, r1, a1, r2, a2, top)
+    if fused:
+        lo, hi, v = _K.affine_bounds(x.lo, x.hi, slo, shi, tlo, thi, r1, a1, r2, a2, top,
+                                     (px, va, vb))
+    else:
+        lo, hi = _K.affine_bounds(x.lo, x.hi, slo, shi, tlo, thi, r1, a1, r2, a2, top)
     return self.new(v, lo, hi, _or_unstable(x.unstable, su, tu))
 
 

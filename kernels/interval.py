@@ -288,15 +288,36 @@ def _affine_loop(xlo, xhi, slo, shi, tlo, thi, r1, a1, r2, a2, top, lo, hi):
             hi[i, j] = _upper(_upper(h, ra, aa, top) + np.float64(_at(thi, i, j)), rb, ab, top)
 
 
-def affine_bounds(xlo, xhi, slo, shi, tlo, thi, r1, a1, r2, a2, top):
+@numba.njit(cache=True, error_model="numpy")
+def _affine_value_loop(xlo, xhi, slo, shi, tlo, thi, r1, a1, r2, a2, top, v, s, t, lo, hi, vo):
+    for i in range(lo.shape[0]):
+        for j in range(lo.shape[1]):
+            l, h = _mul_range(np.float64(_at(xlo, i, j)), np.float64(_at(xhi, i, j)),
+                              np.float64(_at(slo, i, j)), np.float64(_at(shi, i, j)))
+            ra, aa = _at(r1, i, j), _at(a1, i, j)
+            rb, ab = _at(r2, i, j), _at(a2, i, j)
+            lo[i, j] = _lower(_lower(l, ra, aa, top) + np.float64(_at(tlo, i, j)), rb, ab, top)
+            hi[i, j] = _upper(_upper(h, ra, aa, top) + np.float64(_at(thi, i, j)), rb, ab, top)
+            vo[i, j] = _at(v, i, j) * _at(s, i, j) + _at(t, i, j)   # in v's own format
+
+
+def affine_bounds(xlo, xhi, slo, shi, tlo, thi, r1, a1, r2, a2, top, values=None):
     """``mul_bounds`` of [xlo, xhi] by [slo, shi] (widened by r1/a1), then ``add_bounds`` of
     [tlo, thi] (r2/a2), in one pass -- the same float64 operations in the same order, so the
     same bounds bit for bit, without the intermediate arrays (a batch norm's x·alpha + beta,
-    alpha and beta per channel)."""
-    (xlo, xhi, slo, shi, tlo, thi, r1, a1, r2, a2), (lo, hi), shape, (rlo, rhi) = _flat(
-        (xlo, xhi, slo, shi, tlo, thi, r1, a1, r2, a2), (np.float64, np.float64))
-    _affine_loop(xlo, xhi, slo, shi, tlo, thi, r1, a1, r2, a2, float(top), lo, hi)
-    return _result(rlo, shape), _result(rhi, shape)
+    alpha and beta per channel). ``values`` (v, s, t), arrays of one float dtype: also the
+    program's own ``v·s + t`` in that dtype, two roundings as NumPy's two ufuncs (no FMA:
+    numba contracts nothing without fastmath), in the same pass; returns (lo, hi, value)."""
+    ops = (xlo, xhi, slo, shi, tlo, thi, r1, a1, r2, a2)
+    if values is None:
+        ops, (lo, hi), shape, (rlo, rhi) = _flat(ops, (np.float64, np.float64))
+        _affine_loop(*ops, float(top), lo, hi)
+        return _result(rlo, shape), _result(rhi, shape)
+    dt = values[0].dtype
+    ops, (lo, hi, vo), shape, (rlo, rhi, rvo) = _flat(ops + tuple(values),
+                                                      (np.float64, np.float64, dt))
+    _affine_value_loop(*ops[:10], float(top), *ops[10:], lo, hi, vo)
+    return _result(rlo, shape), _result(rhi, shape), _result(rvo, shape)
 
 
 @numba.njit(cache=True, error_model="numpy")

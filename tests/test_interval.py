@@ -2063,6 +2063,12 @@ def test_batch_norm_rule_is_its_decomposition_in_one_pass(dt):
     assert np.array_equal(out.lo, ref.lo, equal_nan=True)
     assert np.array_equal(out.hi, ref.hi, equal_nan=True)
     assert np.isnan(out.lo[1, 3, 0, 0]) and np.isnan(out.hi[1, 3, 0, 0])
+    # the value computed in the bound's pass (float32/float64) is NumPy's bit for bit, special
+    # values included
+    xs = x.copy()
+    xs.flat[:5] = [np.nan, np.inf, -np.inf, ml_dtypes.finfo(dt).smallest_subnormal, -0.0]
+    assert np.array_equal(np.asarray(fpx.interval(f)(xs).value).view(np.uint8),
+                          np.asarray(f(xs)).view(np.uint8))
     assert out.lo[0, 2, 0, 0] == -np.inf and out.hi[0, 2, 0, 0] == np.inf     # 0·[-inf, hi]
     # the exact real program at points of the box: (p - m)·w / sqrt(v + eps) + b, mpmath,
     # eps as the program's constant (rounded to the statistics' dtype)
