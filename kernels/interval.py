@@ -276,31 +276,30 @@ def mul_bounds(alo, ahi, blo, bhi, rel, absl, top):
     return _result(rlo, shape), _result(rhi, shape)
 
 
-@numba.njit(inline="always")
-def _affine_elem(xlo, xhi, slo, shi, tlo, thi, r1, a1, r2, a2, top, i, j):
-    """(lo, hi) of one element of ``affine_bounds``: the mul rule's bound, then the add's."""
-    l, h = _mul_range(np.float64(_at(xlo, i, j)), np.float64(_at(xhi, i, j)),
-                      np.float64(_at(slo, i, j)), np.float64(_at(shi, i, j)))
-    ra, aa = _at(r1, i, j), _at(a1, i, j)
-    rb, ab = _at(r2, i, j), _at(a2, i, j)
-    return (_lower(_lower(l, ra, aa, top) + np.float64(_at(tlo, i, j)), rb, ab, top),
-            _upper(_upper(h, ra, aa, top) + np.float64(_at(thi, i, j)), rb, ab, top))
-
-
 @numba.njit(cache=True, error_model="numpy")
 def _affine_loop(xlo, xhi, slo, shi, tlo, thi, r1, a1, r2, a2, top, lo, hi):
     for i in range(lo.shape[0]):
         for j in range(lo.shape[1]):
-            lo[i, j], hi[i, j] = _affine_elem(xlo, xhi, slo, shi, tlo, thi, r1, a1, r2, a2,
-                                              top, i, j)
+            l, h = _mul_range(np.float64(_at(xlo, i, j)), np.float64(_at(xhi, i, j)),
+                              np.float64(_at(slo, i, j)), np.float64(_at(shi, i, j)))
+            ra, aa = _at(r1, i, j), _at(a1, i, j)
+            rb, ab = _at(r2, i, j), _at(a2, i, j)
+            lo[i, j] = _lower(_lower(l, ra, aa, top) + np.float64(_at(tlo, i, j)), rb, ab, top)
+            hi[i, j] = _upper(_upper(h, ra, aa, top) + np.float64(_at(thi, i, j)), rb, ab, top)
 
 
 @numba.njit(cache=True, error_model="numpy")
 def _affine_value_loop(xlo, xhi, slo, shi, tlo, thi, r1, a1, r2, a2, top, v, s, t, lo, hi, vo):
+    # _affine_loop's body plus the value, written out: the shared body as an inline helper
+    # returning (lo, hi) made both loops 3.5x slower (1.24 -> 4.4 ms for a ResNet batch norm)
     for i in range(lo.shape[0]):
         for j in range(lo.shape[1]):
-            lo[i, j], hi[i, j] = _affine_elem(xlo, xhi, slo, shi, tlo, thi, r1, a1, r2, a2,
-                                              top, i, j)
+            l, h = _mul_range(np.float64(_at(xlo, i, j)), np.float64(_at(xhi, i, j)),
+                              np.float64(_at(slo, i, j)), np.float64(_at(shi, i, j)))
+            ra, aa = _at(r1, i, j), _at(a1, i, j)
+            rb, ab = _at(r2, i, j), _at(a2, i, j)
+            lo[i, j] = _lower(_lower(l, ra, aa, top) + np.float64(_at(tlo, i, j)), rb, ab, top)
+            hi[i, j] = _upper(_upper(h, ra, aa, top) + np.float64(_at(thi, i, j)), rb, ab, top)
             vo[i, j] = _at(v, i, j) * _at(s, i, j) + _at(t, i, j)   # in v's own format
 
 
