@@ -1448,8 +1448,7 @@ def _patch_wide(lo, hi, wide, X, W, bias, sp, K, absterm, top):
     lo2, hi2 = lo.reshape(-1, N), hi.reshape(-1, N)
     r, o = np.divmod(wide, N)
     with np.errstate(all="ignore"):
-        x64, w64 = X[r].astype(np.float64), W[:, o].T.astype(np.float64)
-        C, T = np.einsum("ik,ik->i", x64, w64), np.einsum("ik,ik->i", np.abs(x64), np.abs(w64))
+        C, T = _K.dot_pairs(X, W.T, r, o)
         g = _gamma(K + 2, 2.0 ** -53)
         if bias is not None:
             C, T = C + bias[o], T + np.abs(bias[o])
@@ -1469,7 +1468,7 @@ def _around_split_centre(X, W, bias, out_shape, R, f, a, f_cap, terms, sp, K, ab
     size = int(np.prod(out_shape))
     lo, hi, n_bad, wide = _K.split_center_bounds(
         c1.reshape(out_shape), c2.reshape(out_shape), 0.0 if bias is None else bias, R, f, a,
-        top, terms[2], terms[1], f_cap, max(4096, size // 100))
+        top, terms[2], terms[1], f_cap, max(4096, size // 8))
     if n_bad or wide is None:
         return None
     if wide.size:
@@ -1495,13 +1494,13 @@ def _split_point_bounds(self, pa, pb, Ah, Bh, K, sp, c, g64, absterm, top):
 
 def _f32_upper(X):
     """A float32 array >= X elementwise (X >= 0): narrow formats convert exactly; float64 is
-    bumped by 2^-23 relative + 2^-149 first, so the round-to-nearest conversion cannot land
-    below X (normal and subnormal float32 ranges alike)."""
+    rounded up, zeros kept and nonzero values at least 2^-102 (``_K.f32_upper``: no subnormal
+    operands or products in the GEMM)."""
     if X.dtype == np.float32:
         return X
     if X.dtype != np.float64 and _fmt_of(X.dtype) is not None and _fmt_of(X.dtype).p <= 24:
         return X.astype(np.float32)
-    return (X * (1.0 + 2.0 ** -23) + 2.0 ** -149).astype(np.float32)
+    return _K.f32_upper(X)
 
 
 def _gemm(A, B):

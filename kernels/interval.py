@@ -11,9 +11,10 @@ rounding error and map overflow to infinity; these do it in one pass per bound.
 * ``scale_up(x, f, a)``: an upper bound of ``x·f + a`` for ``x >= 0``.
 * ``mm_left(v, lo, hi, c2, stats)``: the left GEMM factor ``L = c2·(|v| + r) + r`` of the
   value-centred matmul radius, ``r = max(v - lo, hi - v)``, rounded up and returned as a
-  float32 that is >= L (bumped by ``2^-23`` relative, and at least the smallest normal
-  2^-126: no subnormals, which are slow to make and to multiply); zero-width zeros give 0
-  exactly, NaN bounds NaN.
+  float32 that is >= L (bumped by ``2^-23`` relative, and at least ``F32_FLOOR`` = 2^-102:
+  no subnormal operands or products in the radius GEMM, which cost Intel cores a microcode
+  assist per multiply); zero-width zeros give 0 exactly, NaN bounds NaN. No step multiplies a
+  value that may be subnormal (the ``2^-1074`` terms are left out where they are not needed).
 * ``add_bounds(alo, ahi, blo, bhi, rel, absl, top)``: ``down(alo + blo)``, ``up(ahi + bhi)``
   in one pass (interval addition with its rounding; no temporaries).
 * ``mul_bounds(alo, ahi, blo, bhi, rel, absl, top)``: the interval product (four corners)
@@ -181,18 +182,14 @@ def _result(o, shape):
 def _down_loop(x, rel, absl, top, out):
     for i in range(out.shape[0]):
         for j in range(out.shape[1]):
-            v = np.float64(_at(x, i, j))
-            y = v - (min(abs(v), _MAX) * _at(rel, i, j) + _at(absl, i, j))
-            out[i, j] = -math.inf if y < -top else y
+            out[i, j] = _lower(np.float64(_at(x, i, j)), _at(rel, i, j), _at(absl, i, j), top)
 
 
 @numba.njit(cache=True, error_model="numpy")
 def _up_loop(x, rel, absl, top, out):
     for i in range(out.shape[0]):
         for j in range(out.shape[1]):
-            v = np.float64(_at(x, i, j))
-            y = v + (min(abs(v), _MAX) * _at(rel, i, j) + _at(absl, i, j))
-            out[i, j] = math.inf if y > top else y
+            out[i, j] = _upper(np.float64(_at(x, i, j)), _at(rel, i, j), _at(absl, i, j), top)
 
 
 def down(x, rel, absl, top, out=None):
@@ -211,15 +208,25 @@ def up(x, rel, absl, top, out=None):
 
 @numba.njit(inline="always", error_model="numpy")
 def _lower(y, r, a, top):
-    """``y`` widened down by ``|y|·r + a``; ``-inf`` below ``-top`` (NaN passes)."""
-    y = y - (min(abs(y), _MAX) * r + a)
+    """``y`` widened down by ``|y|·r + a``; ``-inf`` below ``-top`` (NaN passes). ``|y|`` is
+    taken as at least 2^-968 (``_mag``)."""
+    y = y - (_mag(y) * r + a)
     return -math.inf if y < -top else y
 
 
 @numba.njit(inline="always", error_model="numpy")
 def _upper(y, r, a, top):
-    y = y + (min(abs(y), _MAX) * r + a)
+    y = y + (_mag(y) * r + a)
     return math.inf if y > top else y
+
+
+@numba.njit(inline="always", error_model="numpy")
+def _mag(y):
+    """``|y|`` for a relative widening ``|y|·r``: at most the largest float64, at least
+    2^-968, so the product stays normal for r >= 2^-52 -- a subnormal factor or product costs Intel
+    cores a microcode assist (~150 cycles) per multiply, and an exact zero widened by 2^-1074
+    would be one in every later step. Costs at most 2^-968·r ~ 2^-1018 more width."""
+    return min(max(abs(y), 2.0 ** -968), _MAX)
 
 
 @numba.njit(inline="always", error_model="numpy")
@@ -237,13 +244,20 @@ def _mul_range(al, ah, bl, bh):
     return lo, hi
 
 
+@numba.njit(inline="always", error_model="numpy")
+def _add_rounded(al, ah, bl, bh, r, a, top):
+    """[al + bl, ah + bh] widened by ``|y|·r + a``."""
+    return _lower(al + bl, r, a, top), _upper(ah + bh, r, a, top)
+
+
 @numba.njit(cache=True, error_model="numpy")
 def _add_loop(alo, ahi, blo, bhi, rel, absl, top, lo, hi):
     for i in range(lo.shape[0]):
         for j in range(lo.shape[1]):
-            r, a = _at(rel, i, j), _at(absl, i, j)
-            lo[i, j] = _lower(np.float64(_at(alo, i, j)) + np.float64(_at(blo, i, j)), r, a, top)
-            hi[i, j] = _upper(np.float64(_at(ahi, i, j)) + np.float64(_at(bhi, i, j)), r, a, top)
+            lo[i, j], hi[i, j] = _add_rounded(
+                np.float64(_at(alo, i, j)), np.float64(_at(ahi, i, j)),
+                np.float64(_at(blo, i, j)), np.float64(_at(bhi, i, j)),
+                _at(rel, i, j), _at(absl, i, j), top)
 
 
 def add_bounds(alo, ahi, blo, bhi, rel, absl, top):
@@ -255,15 +269,21 @@ def add_bounds(alo, ahi, blo, bhi, rel, absl, top):
     return _result(rlo, shape), _result(rhi, shape)
 
 
+@numba.njit(inline="always", error_model="numpy")
+def _mul_rounded(al, ah, bl, bh, r, a, top):
+    """The interval product widened by ``|y|·r + a`` (``_lower``/``_upper``)."""
+    l, h = _mul_range(al, ah, bl, bh)
+    return _lower(l, r, a, top), _upper(h, r, a, top)
+
+
 @numba.njit(cache=True, error_model="numpy")
 def _mul_loop(alo, ahi, blo, bhi, rel, absl, top, lo, hi):
     for i in range(lo.shape[0]):
         for j in range(lo.shape[1]):
-            l, h = _mul_range(np.float64(_at(alo, i, j)), np.float64(_at(ahi, i, j)),
-                              np.float64(_at(blo, i, j)), np.float64(_at(bhi, i, j)))
-            r, a = _at(rel, i, j), _at(absl, i, j)
-            lo[i, j] = _lower(l, r, a, top)
-            hi[i, j] = _upper(h, r, a, top)
+            lo[i, j], hi[i, j] = _mul_rounded(
+                np.float64(_at(alo, i, j)), np.float64(_at(ahi, i, j)),
+                np.float64(_at(blo, i, j)), np.float64(_at(bhi, i, j)),
+                _at(rel, i, j), _at(absl, i, j), top)
 
 
 def mul_bounds(alo, ahi, blo, bhi, rel, absl, top):
@@ -282,12 +302,12 @@ def _affine_loop(xlo, xhi, slo, shi, tlo, thi, r1, a1, r2, a2, top, v, s, t, lo,
     # each; sharing the body through an inline helper returning (lo, hi) made it 3.5x slower)
     for i in range(lo.shape[0]):
         for j in range(lo.shape[1]):
-            l, h = _mul_range(np.float64(_at(xlo, i, j)), np.float64(_at(xhi, i, j)),
-                              np.float64(_at(slo, i, j)), np.float64(_at(shi, i, j)))
-            ra, aa = _at(r1, i, j), _at(a1, i, j)
-            rb, ab = _at(r2, i, j), _at(a2, i, j)
-            lo[i, j] = _lower(_lower(l, ra, aa, top) + np.float64(_at(tlo, i, j)), rb, ab, top)
-            hi[i, j] = _upper(_upper(h, ra, aa, top) + np.float64(_at(thi, i, j)), rb, ab, top)
+            l, h = _mul_rounded(np.float64(_at(xlo, i, j)), np.float64(_at(xhi, i, j)),
+                                np.float64(_at(slo, i, j)), np.float64(_at(shi, i, j)),
+                                _at(r1, i, j), _at(a1, i, j), top)
+            lo[i, j], hi[i, j] = _add_rounded(l, h, np.float64(_at(tlo, i, j)),
+                                              np.float64(_at(thi, i, j)), _at(r2, i, j),
+                                              _at(a2, i, j), top)
             if vo is not None:
                 vo[i, j] = _at(v, i, j) * _at(s, i, j) + _at(t, i, j)   # in v's own format
 
@@ -315,14 +335,60 @@ def affine_bounds(xlo, xhi, slo, shi, tlo, thi, r1, a1, r2, a2, top, values=None
 def _scale_up_loop(x, f, a, out):
     for i in range(out.shape[0]):
         for j in range(out.shape[1]):
-            out[i, j] = (np.float64(_at(x, i, j)) * _at(f, i, j) + _at(a, i, j)) \
-                * (1.0 + 4 * _E) + _TINY
+            v, aa = np.float64(_at(x, i, j)), _at(a, i, j)
+            m = 2.0 ** -968 if (v > 0.0) & (v < 2.0 ** -968) else v   # no subnormal factor
+            y = m * _at(f, i, j) + aa
+            y = y + (_mag(y) * (4 * _E) + _TINY)      # two roundings (and an underflow) up
+            out[i, j] = 0.0 if (v == 0.0) & (aa == 0.0) else y   # 0·f + 0 is exact
 
 
 def scale_up(x, f, a):
     (x, f, a), (o,), shape, (res,) = _flat((x, f, a), (np.float64,))
     _scale_up_loop(x, f, a, o)
     return _result(res, shape)
+
+
+@numba.njit(cache=True, error_model="numpy")
+def _f32_upper_loop(x, out):
+    for i in range(out.shape[0]):
+        for j in range(out.shape[1]):
+            v = np.float64(_at(x, i, j))
+            out[i, j] = np.float32(v) if (v == 0.0) | (v != v) else _f32_up(v)
+
+
+def f32_upper(x):
+    """A float32 array >= the nonnegative float64 ``x`` elementwise, for a float32 radius
+    GEMM: 0 stays 0 and NaN NaN; anything else is rounded up to at least ``F32_FLOOR``."""
+    (x,), (o,), shape, (res,) = _flat((x,), (np.float32,))
+    _f32_upper_loop(x, o)
+    return _result(res, shape)
+
+
+# Smallest nonzero GEMM operand the float32 radius kernels hand to BLAS: its products with
+# weights down to 2^-24 stay normal. A subnormal operand or product costs Intel cores a
+# microcode assist (~150 cycles) per multiply-add -- 10x slower GEMMs where exact-looking
+# zeros carried a 2^-126 floor; the floor's own width is negligible next to a float32 ulp.
+F32_FLOOR = 2.0 ** -102
+
+
+@numba.njit(inline="always")
+def _f32_up(x):
+    """A normal float32 >= x + 2^-1074, x >= 0, at least F32_FLOOR (round-to-nearest loses
+    < 2^-24 relative above 2^-126; the 2^-23 factor leaves >= 2^-151 for an underflowed
+    product in x)."""
+    y = x * (1.0 + 2.0 ** -23)
+    return np.float32(y if y > F32_FLOOR else F32_FLOOR)
+
+
+@numba.njit(inline="always")
+def _radius_abs_up(vv, r0):
+    """(r, a): float64 upper bounds of the radius ``r0`` (a float64 difference: exact where it
+    is subnormal, else within ε) and of ``|vv| + r`` (a sum: the same). No 2^-1074 term is
+    needed (neither step can underflow past its exact value) and none is added: a subnormal
+    operand costs Intel cores a ~150-cycle assist per multiply, and exact zeros (ReLU,
+    padding) would otherwise turn into 2^-1074 and hit it in every later product."""
+    r = r0 * (1.0 + 3 * _E)
+    return r, (abs(vv) + r) * (1.0 + 3 * _E)
 
 
 @numba.njit(cache=True, error_model="numpy")
@@ -335,14 +401,9 @@ def _mm_left_loop(v, lo, hi, c2, out):
             nan = (r1 != r1) | (r2 != r2)
             n_nan += nan
             r0 = r1 if r1 > r2 else r2
-            r = r0 * (1.0 + 3 * _E) + _TINY
-            ah = (abs(vv) + r) * (1.0 + 3 * _E) + _TINY
-            L = (c2 * ah + r) * (1.0 + 5 * _E) + _TINY
-            # a normal float32 >= L: round-to-nearest loses < 2^-24 relative above 2^-126;
-            # below, 2^-126 itself (subnormal results cost a microcode assist per element)
-            Lb = L * (1.0 + 2.0 ** -23)
-            Lb = Lb if Lb > 2.0 ** -126 else 2.0 ** -126
-            Lb = 0.0 if (vv == 0.0) & (r0 == 0.0) else Lb   # zero-width zeros (ReLU): L = 0
+            r, ah = _radius_abs_up(vv, r0)
+            L = (c2 * ah + r) * (1.0 + 5 * _E)     # c2·ah may underflow: _f32_up covers it
+            Lb = 0.0 if (vv == 0.0) & (r0 == 0.0) else _f32_up(L)  # zero-width zeros: L = 0
             out[i, j] = np.float32(math.nan if nan else Lb)
     return n_nan
 
@@ -390,18 +451,13 @@ def _mm_right_loop(v, lo, hi, bh, rb):
             r1, r2 = vv - _at(lo, i, j), _at(hi, i, j) - vv
             n_nan += (r1 != r1) | (r2 != r2)
             r0 = r1 if r1 > r2 else r2
-            r = r0 * (1.0 + 3 * _E) + _TINY
-            a = (abs(vv) + r) * (1.0 + 3 * _E) + _TINY
-            rb[i, j] = _f32_up(r)
-            bh[i, j] = _f32_up(a)
+            r, a = _radius_abs_up(vv, r0)
+            zero = (vv == 0.0) & (r0 == 0.0)          # exact zeros stay 0 (see mm_left)
+            rb[i, j] = np.float32(0.0) if zero else _f32_up(r)
+            bh[i, j] = np.float32(0.0) if zero else _f32_up(a)
     return n_nan
 
 
-@numba.njit(inline="always")
-def _f32_up(x):
-    """A normal float32 >= x > 0 (round-to-nearest loses < 2^-24 relative above 2^-126)."""
-    y = x * (1.0 + 2.0 ** -23)
-    return np.float32(y if y > 2.0 ** -126 else 2.0 ** -126)
 
 
 def mm_right(v, lo, hi):
@@ -499,6 +555,51 @@ def split_center_bounds(c1, c2, c3, R, f, a, top, b, sb, f_cap, max_wide=0):
                                        float(f_cap), float(top), lo, hi, wide)
     ok = n_wide <= max_wide and rlo.flags.c_contiguous and rhi.flags.c_contiguous
     return _result(rlo, shape), _result(rhi, shape), n_bad, wide[:n_wide] if ok else None
+
+
+@numba.njit(cache=True, error_model="numpy", fastmath={"reassoc", "contract"})
+def _dot_pairs_loop(X, WT, rows, cols, C, T):
+    for e in range(rows.shape[0]):
+        x, w = X[rows[e]], WT[cols[e]]
+        s = 0.0
+        t = 0.0
+        for k in range(x.shape[0]):
+            p = np.float64(x[k]) * np.float64(w[k])
+            s += p
+            t += abs(p)
+        C[e] = s
+        T[e] = t
+
+
+def dot_pairs(X, WT, rows, cols):
+    """(C, T): float64 ``Σ_k X[r, k]·WT[c, k]`` and ``Σ_k |X[r, k]·WT[c, k]|`` for each pair
+    (r, c) of ``rows``/``cols`` (X, WT: 2-D float32 with rows of K). Products of float32s are
+    exact in float64; the sums run in any order (``reassoc``: the loop vectorizes; no other
+    fast-math flag), so |C - exact| <= γ_{K-1}(u64)·T_exact and T >= T_exact·(1 - γ_{K-1}),
+    whatever the order. The exact centres of a split-K matmul's wide elements."""
+    C = np.empty(rows.shape[0])
+    T = np.empty(rows.shape[0])
+    WT = WT if WT.flags.c_contiguous else transposed(np.ascontiguousarray(WT.T))
+    _dot_pairs_loop(np.ascontiguousarray(X), WT, rows, cols, C, T)
+    return C, T
+
+
+@numba.njit(cache=True)
+def _transpose_loop(a, out):
+    b = 16
+    for j0 in range(0, a.shape[1], b):
+        for i0 in range(0, a.shape[0], b):
+            for j in range(j0, min(j0 + b, a.shape[1])):
+                for i in range(i0, min(i0 + b, a.shape[0])):
+                    out[j, i] = a[i, j]
+
+
+def transposed(a):
+    """A C-contiguous copy of the 2-D array ``a.T``, in 16x16 tiles written row by row
+    (NumPy's strided copy of a transposed 1024x1024 float32 matrix took 6.4 ms, this 1.1)."""
+    out = np.empty((a.shape[1], a.shape[0]), a.dtype)
+    _transpose_loop(a, out)
+    return out
 
 
 @numba.njit(inline="always")
@@ -765,7 +866,7 @@ def _layer_norm_rows(v, lo, hi, w, b, eps_lo, eps_hi, g_mu, g_v, g_out, d_op, d_
         for j in range(n):
             vv = np.float64(v[i, j])
             vr[j] = vv
-            rr[j] = max(vv - lo[i, j], hi[i, j] - vv) * (1 + 3 * _E) + _TINY
+            rr[j] = _radius_abs_up(vv, max(vv - lo[i, j], hi[i, j] - vv))[0]
             xa[j] = max(abs(lo[i, j]), abs(hi[i, j]))
             dr[j] = abs(vv)                   # (|v| here; v - mean below)
         s_v = _row_sum(vr)
@@ -775,10 +876,13 @@ def _layer_norm_rows(v, lo, hi, w, b, eps_lo, eps_hi, g_mu, g_v, g_out, d_op, d_
         s_av = _row_sum(dr)
         xm = max(_row_max(xa), 0.0)
         mv = s_v / n
-        mr = s_r / n * (1 + g64) + _TINY              # >= mean(r)
+        # (mr, e64c at least 2^-968: every element's radius below adds them, and an
+        # all-zero row of a float64 program would otherwise multiply subnormals per element,
+        # a microcode assist each on Intel cores: 15x slower)
+        mr = max(s_r / n * (1 + g64) + _TINY, 2.0 ** -968)    # >= mean(r)
         M1 = s_a / n * (1 + g64) + _TINY              # >= mean|x| over the box
         M2 = s_q / n * (1 + g64) + _TINY              # >= mean(x²) over the box
-        e64c = s_av / n * g64 + _TINY                 # |mv - mean(v)|
+        e64c = max(s_av / n * g64 + _TINY, 2.0 ** -968)       # |mv - mean(v)|
         for j in range(n):
             dr[j] = vr[j] - mv
         s_d2 = _row_dot(dr, dr)

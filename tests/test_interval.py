@@ -1331,6 +1331,75 @@ def test_split_k_point_centre_is_sound_and_yields_to_the_float64_centre_where_wi
             assert calls[0] == 0       # cancelling terms: the split centre's bound
 
 
+def test_split_k_centre_of_sparse_data_patches_its_wide_elements_soundly(monkeypatch):
+    """Sparse rows (90% zeros: a ReLU's output as data) leave many elements' split-K centres
+    wider than the classic bound; up to 4096 (or 1/8) of them get float64 dot products of
+    their own (``_K.dot_pairs``, any summation order): the bound holds the exact sums and
+    float32 runs in two orders, and is no wider than RENDER's."""
+    rng = np.random.default_rng(35)
+    calls = _split_wide_counts(monkeypatch)
+    A = (rng.standard_normal((96, 512)) * (rng.random((96, 512)) < 0.1)).astype(np.float32)
+    B = (rng.standard_normal((512, 80)) * 0.05).astype(np.float32)
+    out = _iv(fnp.matmul, A, B)
+    assert 0 < calls[0] <= max(4096, A.shape[0] * B.shape[1] // 8)   # patched, not a DGEMM
+    exact = np.array([[math.fsum(A[i].astype(np.float64) * B[:, j]) for j in range(80)]
+                      for i in range(96)])
+    assert out.contains(exact).all() and out.contains(A @ B).all()
+    p32 = A[:, :, None] * B[None, :, :]
+    for order in (slice(None), slice(None, None, -1)):
+        assert out.contains(np.cumsum(p32[:, order], axis=1, dtype=np.float32)[:, -1]).all()
+    rend = _iv(fnp.matmul, A, B, matmul="render")
+    assert np.all(f64(out.width) <= f64(rend.width) * (1 + 513 * 2.0 ** -23))
+
+
+def test_dot_pairs_and_tiled_transpose():
+    """The wide elements' exact centres: float64 sums of exact products within γ_{K-1}(u64)
+    of fsum (any order), T >= Σ|products|·(1 - γ); the tiled transpose is ``.T``."""
+    from fpx.kernels import interval as KI
+    rng = np.random.default_rng(36)
+    X = (rng.standard_normal((7, 333)) * np.exp(rng.uniform(-30, 30, 333))).astype(np.float32)
+    W = rng.standard_normal((333, 19)).astype(np.float32)
+    rows, cols = rng.integers(0, 7, 50), rng.integers(0, 19, 50)
+    C, T = KI.dot_pairs(X, W.T, rows, cols)
+    g = 332 * 2.0 ** -53 / (1 - 332 * 2.0 ** -53)
+    for e, (r, c) in enumerate(zip(rows, cols)):
+        p = X[r].astype(np.float64) * W[:, c]
+        t = math.fsum(np.abs(p))
+        assert abs(C[e] - math.fsum(p)) <= g * t and T[e] >= t * (1 - g)
+    for shape in ((1, 1), (17, 33), (64, 48), (5, 1000)):
+        a = rng.standard_normal(shape).astype(np.float32)
+        assert np.array_equal(KI.transposed(a), a.T) and KI.transposed(a).flags.c_contiguous
+
+
+def test_bound_kernels_make_no_subnormals_from_zeros_and_stay_sound():
+    """Exact zeros (ReLU, padding) and tiny values must not turn into subnormal float64 or
+    float32 numbers that later steps multiply (an Intel microcode assist per multiply: the
+    MLP's radius pass ran 35x slower): the widening takes |y| as at least 2^-968, upper
+    bounds of nonnegative quantities keep exact zeros, and float32 GEMM factors are 0 or at
+    least 2^-102. Every result still bounds its input."""
+    from fpx.kernels import interval as KI
+    tiny64 = np.finfo(np.float64).tiny
+    x = np.array([0.0, 5e-324, 1e-310, 1e-300, 2.0 ** -968, 1.0, np.inf, np.nan])
+    up, down = KI.up(x, 4 * 2.0 ** -52, 5e-324, np.inf), KI.down(x, 4 * 2.0 ** -52, 5e-324,
+                                                                  np.inf)
+    fin = np.isfinite(x)
+    assert (up[fin] > x[fin]).all() and (down[fin] < x[fin]).all()
+    assert (np.abs(up[fin]) >= tiny64).all() and (np.abs(down[fin]) >= tiny64).all()
+    assert np.isnan(up[-1]) and np.isnan(down[-1]) and up[-2] == np.inf
+    s = KI.scale_up(x[:-1], 1.0 + 2.0 ** -50, 0.0)
+    assert s[0] == 0.0 and (s[1:] >= x[1:-1]).all() and (s[1:] >= tiny64).all()
+    assert KI.scale_up(np.zeros(3), 2.0, 5e-324)[0] >= 5e-324       # 0·f + a: a kept
+    assert np.isnan(KI.scale_up(np.array([np.nan]), 2.0, 0.0)[0])
+    f32 = KI.f32_upper(x)
+    assert f32.dtype == np.float32 and f32[0] == 0 and np.isnan(f32[-1]) and f32[-2] == np.inf
+    assert (f32[1:-2].astype(np.float64) >= x[1:-2]).all() and (f32[1:-2] >= KI.F32_FLOOR).all()
+    x32 = np.array([0.0, 1e-45, 1e-40, 1e-30, 1.0], np.float32)
+    for w in (np.float32(0.5), np.float32(3e-3)):              # a zero and tiny inputs
+        W = np.full((5, 3), w, np.float32)
+        iv = _iv(lambda a: fnp.maximum(a * w, np.float32(0)) @ W, x32[None])
+        assert iv.contains((x32.astype(np.float64) * float(w)) @ W.astype(np.float64)).all()
+
+
 @pytest.mark.parametrize("in_sum", [False, True])
 def test_split_k_point_centre_of_a_linear_layer(in_sum, monkeypatch):
     """fpx.nn.linear of a float32 point input takes the same split-K centre (the bias, in the
@@ -1825,16 +1894,23 @@ def test_mm_left_is_an_upper_float32_bound_without_subnormals():
     lo = v.astype(np.float64) - rng.random((64, 33)) * 1e-3
     hi = v.astype(np.float64) + rng.random((64, 33)) * 1e-3
     lo[0, :2] = hi[0, :2] = 0.0                    # zero-width zeros (a ReLU's): L = 0 exactly
-    lo[0, 2], hi[0, 2] = -1e-300, 1e-300           # tiny nonzero: at least 2^-126, not subnormal
+    lo[0, 2], hi[0, 2] = -1e-300, 1e-300           # tiny nonzero: the floor, not subnormal
+    lo[0, 3], hi[0, 3] = -5e-324, 5e-324           # a float64 subnormal radius
     c2 = 1e-4
     L, (s_r, s_a, m) = KI.mm_left(v, lo, hi, c2, stats=True)
     vv = v.astype(np.float64)
     r = np.maximum(vv - lo, hi - vv)
     exact = c2 * (np.abs(vv) + r) + r
     assert L.dtype == np.float32 and (L.astype(np.float64) >= exact).all()
-    assert L[0, 0] == 0 and L[0, 1] == 0 and L[0, 2] == np.float32(2.0 ** -126)
+    floor = np.float32(KI.F32_FLOOR)
+    assert L[0, 0] == 0 and L[0, 1] == 0 and L[0, 2] == floor and L[0, 3] == floor
     nz = L[L != 0]
-    assert (np.abs(nz) >= np.finfo(np.float32).tiny).all()
+    # nonzero factors at least 2^-102: their products with weights >= 2^-24 stay normal
+    assert (np.abs(nz) >= floor).all() and KI.F32_FLOOR * 2.0 ** -24 >= np.finfo(np.float32).tiny
+    Bh, rb, _ = KI.mm_right(v, lo, hi)                 # the right operand's factors alike
+    assert (Bh.astype(np.float64) >= np.abs(vv) + r).all() and (rb.astype(np.float64) >= r).all()
+    assert Bh[0, 0] == 0 and rb[0, 0] == 0 and Bh[0, 2] == floor and rb[0, 3] == floor
+    assert (Bh[Bh != 0] >= floor).all() and (rb[rb != 0] >= floor).all()
     assert m >= np.max(np.abs(vv) + r)             # the overflow screen's magnitude
     lo[3, 3] = np.nan
     L2, st = KI.mm_left(v, lo, hi, c2, stats=True)
