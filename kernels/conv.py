@@ -114,6 +114,23 @@ def conv_exact_f32(x, w, b, stride, padding, dilation, groups):
     return y.contiguous().numpy()
 
 
+def conv_f64(x, w, b, stride, padding, dilation, groups):
+    """The convolution of a float64 input with float32 weights (and bias) in float64 on
+    torch's thread pool: error at most γ_{K+1}(2^-53)·Σ|x·w| in any order (the exact-centre
+    bound of an interval input's midpoints). None without torch's oneDNN build, or for other
+    operand types."""
+    torch = _torch()
+    if not (torch and type(x) is np.ndarray and x.dtype == np.float64 and x.size
+            and type(w) is np.ndarray and w.dtype == np.float32 and w.size
+            and (b is None or (type(b) is np.ndarray and b.dtype == np.float32))):
+        return None
+    (tx, tw, tb), pad = _tensors(torch, x, w, b, padding, torch.float64)
+    with torch.no_grad():
+        y = torch.convolution(tx, tw, tb, list(stride), pad, list(dilation), False,
+                              [0] * len(pad), int(groups))
+    return y.contiguous().numpy()
+
+
 def conv_blocks_f32(x, w, stride, padding, dilation, groups, blocks):
     """``[conv(x_j, w_j) for j in range(blocks)]`` over ``blocks`` contiguous blocks of each
     group's input channels, each a oneDNN float32 convolution (float32 arrays, no bias), and

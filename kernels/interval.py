@@ -409,6 +409,31 @@ def _mm_left_loop(v, lo, hi, c2, out):
 
 
 @numba.njit(cache=True, error_model="numpy")
+def _midpoint_factor_loop(lo, hi, k, mid, out):
+    for i in range(out.shape[0]):
+        for j in range(out.shape[1]):
+            l, h = _at(lo, i, j), _at(hi, i, j)
+            m = 0.5 * l + 0.5 * h                 # within [l, h]: rounding is monotone
+            mid[i, j] = m
+            r0 = max(h - m, m - l)
+            a = max(abs(l), abs(h))
+            r, _ = _radius_abs_up(m, r0)
+            L = (r + k * a) * (1.0 + 4 * _E)      # k·a may underflow: _f32_up covers it
+            nan = (l != l) | (h != h)
+            out[i, j] = np.float32(math.nan if nan else (0.0 if (a == 0.0) else _f32_up(L)))
+
+
+def midpoint_factor(lo, hi, k):
+    """(mid, L) for an exact-centre GEMM or convolution of an interval operand [lo, hi]:
+    float64 midpoints and a float32 ``L >= r + k·max(|lo|, |hi|)``, r = the radius about mid
+    (the radius factor ``(r + (c + γ)·|x̂|)`` of the matmul rule's exact centre; zeros of zero
+    width give 0, NaN bounds NaN)."""
+    (lo, hi), (mid, o), shape, (rmid, ro) = _flat((lo, hi), (np.float64, np.float32))
+    _midpoint_factor_loop(lo, hi, float(k), mid, o)
+    return _result(rmid, shape), _result(ro, shape)
+
+
+@numba.njit(cache=True, error_model="numpy")
 def _mm_sample_sums(v, lo, hi, rows, cols, step):
     s_r = 0.0
     s_a = 0.0

@@ -1983,24 +1983,34 @@ def _conv_slack(ws, groups, point):
     return (1 + 2.0 ** -7) ** 3 * split
 
 
-@pytest.mark.parametrize("point", [True, False])
+def _conv_input(x, point):
+    """A conv test's input: the point itself, a wide box (value-centred bound) or a narrow
+    one (a few ulps: the exact-centre path)."""
+    if point is True:
+        return x
+    return fpx.Interval.around(x, rel=1e-3 if point is False else 2.0 ** -22)
+
+
+@pytest.mark.parametrize("point", [True, False, "narrow"])
 @pytest.mark.parametrize("groups,stride,bias,in_sum", [(1, 1, True, False), (2, 2, False, False), (1, 2, True, True)])
 def test_conv_rule_without_float64_im2col_is_sound_and_as_tight(point, groups, stride, bias, in_sum):
-    """fpx.nn.conv2d's own interval rule (value-centred for interval inputs, a centre of its
-    own for points) against the decomposition, exact results and float32 runs."""
+    """fpx.nn.conv2d's own interval rule (value-centred for wide interval inputs, the exact
+    centre conv(mid) for narrow ones, a centre of its own for points) against the
+    decomposition, exact results and float32 runs."""
     import fpx.nn as fnn
     rng = np.random.default_rng(9)
     x = rng.standard_normal((2, 4, 9, 9)).astype(np.float32)
     w = (rng.standard_normal((6, 4 // groups, 3, 3)) * 0.3).astype(np.float32)
     b = rng.standard_normal(6).astype(np.float32) if bias else None
-    xin = x if point else fpx.Interval.around(x, rel=1e-3)
+    xin = _conv_input(x, point)
 
     def f(h):
         return fnn.conv(h, w, b, stride=stride, padding=1, groups=groups, bias_in_sum=in_sum)
-    out, ref = _weighted_rule_and_decomposition(f, x, xin, _conv_slack(w.shape, groups, point))
+    out, ref = _weighted_rule_and_decomposition(f, x, xin,
+                                                _conv_slack(w.shape, groups, point is True))
     w64, b64 = w.astype(np.float64), None if b is None else b.astype(np.float64)
-    lo = x.astype(np.float64) if point else xin.lo
-    hi = x.astype(np.float64) if point else xin.hi
+    lo = x.astype(np.float64) if point is True else xin.lo
+    hi = x.astype(np.float64) if point is True else xin.hi
     for t in (0.0, 0.3, 1.0):
         assert out.contains(fnn.conv2d(lo + t * (hi - lo), w64, b64, stride=stride, padding=1,
                                        groups=groups)).all()
@@ -2016,7 +2026,7 @@ def test_conv_rule_without_float64_im2col_is_sound_and_as_tight(point, groups, s
     ((2, 4, 6, 7), (8, 1, 3, 3), dict(groups=4, padding="same")),
     ((1, 2, 5, 6, 4), (3, 2, 2, 3, 2), dict(padding=1)),
 ], ids=["1d-s2-d2-g2", "2d-asym-pads", "2d-depthwise", "3d"])
-@pytest.mark.parametrize("point", [True, False])
+@pytest.mark.parametrize("point", [True, False, "narrow"])
 def test_conv_rule_sound_on_every_conv_shape(xs, ws, kw, point):
     """The conv rule's point path (its own centre) and interval path on 1-d, 3-d, strided,
     dilated, grouped and asymmetrically padded convolutions: the exact results (with the
@@ -2027,19 +2037,20 @@ def test_conv_rule_sound_on_every_conv_shape(xs, ws, kw, point):
     x = rng.standard_normal(xs).astype(np.float32)
     w = (rng.standard_normal(ws) * 0.4).astype(np.float32)
     b = rng.standard_normal(ws[0]).astype(np.float32)
-    xin = x if point else fpx.Interval.around(x, rel=1e-3)
+    xin = _conv_input(x, point)
 
     def f(h):
         return fnn.conv(h, w, b, bias_in_sum=True, **kw)
-    out, _ = _weighted_rule_and_decomposition(f, x, xin, _conv_slack(ws, kw.get("groups", 1), point))
+    out, _ = _weighted_rule_and_decomposition(f, x, xin, _conv_slack(ws, kw.get("groups", 1),
+                                                                     point is True))
     w64, b64 = w.astype(np.float64), b.astype(np.float64)
-    lo = x.astype(np.float64) if point else xin.lo
-    hi = x.astype(np.float64) if point else xin.hi
+    lo = x.astype(np.float64) if point is True else xin.lo
+    hi = x.astype(np.float64) if point is True else xin.hi
     for t in (0.0, 0.5, 1.0):
         assert out.contains(fnn.conv(lo + t * (hi - lo), w64, b64, **kw)).all()
     im2col = fpx.trace(f, inline=True)(x).outputs      # the decomposition, in float32
     assert out.contains(im2col).all() and out.contains(f(x)).all()
-    if point:
+    if point is True:
         # the float64 reference sums exact products: within γ_{K+1}(2^-53)·S of the exact
         # sum; the bound holds that whole neighbourhood
         ex = fnn.conv(x.astype(np.float64), w64, b64, **kw)
