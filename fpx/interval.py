@@ -34,6 +34,7 @@ import numpy as np
 
 from fpx import formats as _formats
 from fpx import tree
+from fpx.kernels import bf16 as _bf16
 from fpx.kernels import conv as _kconv
 from fpx import nn as _nn
 from fpx.kernels import interval as _K
@@ -1513,22 +1514,42 @@ def _gemm(A, B):
     return np.matmul(A, B)
 
 
-def _gemm_upper_parts(L, M, K, small, scale=1.0, add=0.0):
+def _gemm_upper_parts(L, M, K, small, scale=1.0, add=0.0, bf16=False):
     """(R, f, a) with ``scale·(L @ M) + add <= R·f + a`` for nonnegative L, M (evaluate with
     ``_K.scale_up(R, f, a)``, or let ``_K.center_bounds`` do it on the fly). With ``small`` (a
     float32-or-narrower program) the GEMM runs in float32 on upper float32 copies: every product
     and partial sum of nonnegative terms loses at most u32 relative or 2^-150 absolute, so
     L @ M <= (R + K·2^-150) / (1 - γ_{K+1}(u32)). Falls back to float64 where float32
-    overflows."""
+    overflows. ``bf16``: a bfloat16 GEMM on AMX where it runs (``_bf16_gemm_upper``, ~1.6%
+    above the float32 radius) -- for value-centred radii, not for point or exact-centre bounds,
+    whose width is the radius (a point matmul stays no wider than RENDER's)."""
     if small:
+        Lf, Mf = _f32_upper(np.asarray(L)), _f32_upper(np.asarray(M))
+        up = _bf16_gemm_upper(Lf, Mf) if bf16 else None
+        if up is not None and np.isfinite(up[0]).all():
+            return up[0], _up(scale * up[1], 1), _up(scale * up[2], 1) + add
         with np.errstate(all="ignore"):
-            R = _gemm(_f32_upper(L), _f32_upper(M))
+            R = _gemm(Lf, Mf)
         if np.isfinite(R).all():
             corr = scale / (1.0 - _gamma(K + 1, 2.0 ** -24))
             return R, corr, corr * K * 2.0 ** -150 + add
     with np.errstate(all="ignore"):
         R = _gemm(np.asarray(L, np.float64), np.asarray(M, np.float64))
     return R, scale * (1.0 + _gamma(K + 2, 2.0 ** -53)), add
+
+
+def _bf16_gemm_upper(L, M):
+    """(R, f, a) with L @ M <= R·f + a from one bfloat16 GEMM on AMX (``kernels/bf16.py:
+    matmul_upper``) for float32 NumPy operands of a large enough GEMM (>= 2^21 products);
+    None elsewhere (no AMX, no torch, small or CuPy operands)."""
+    if not (type(L) is np.ndarray and type(M) is np.ndarray and L.dtype == np.float32
+            and M.dtype == np.float32 and L.ndim >= 2 and M.ndim >= 2
+            and L.size * M.shape[-1] >= 2 ** 21):
+        return None
+    torch = _kconv._torch()
+    if not (torch and _bf16.amx(torch)):
+        return None
+    return _bf16.matmul_upper(torch, L, M)
 
 
 def _gemm_upper(L, M, K, small, scale=1.0, add=0.0):
@@ -1622,7 +1643,7 @@ def _matmul(self, prim, a, b):
                 absA, amax = _abs_operand(pa, small, "absA")
                 center = _centre_of(v)
                 rad = _out_rounding(self, sp.scaled(_gemm_upper_parts(absA, Lb, K, small, 1.0,
-                                                                      absterm)),
+                                                                      absterm, bf16=True)),
                                     center, F_out, F_acc)
                 return _matmul_close(self, v, center, rad, absA, _LazyAbs(pb, blo, bhi, st[2]),
                                      K, c, prec, F_out, [(alo, ahi, pa), (blo, bhi, pb)],
@@ -1645,7 +1666,7 @@ def _matmul(self, prim, a, b):
                 # more passes over the output to scale and add them)
                 rad = _gemm_upper_parts(np.concatenate((La, absA), axis=-1),
                                         np.concatenate((Bh32, rb32), axis=-2), 2 * K, small,
-                                        1.0, absterm)
+                                        1.0, absterm, bf16=True)
                 center = _centre_of(v)
                 rad = _out_rounding(self, sp.scaled(rad), center, F_out, F_acc)
                 return _matmul_close(self, v, center, rad, _LazyAbs(pa, alo, ahi, sa[2]), Bh32,
@@ -1704,7 +1725,8 @@ def _matmul(self, prim, a, b):
         else:                # centre = the program's value: its own error counted once more
             center = _centre_of(v)
             if a_pt and Ah is not None:          # point A: the radius is 2α·(|A| @ B̂)
-                rad = _gemm_upper_parts(Ah, Bh, K, small, _up(2 * sp.alpha, 1), absterm)
+                rad = _gemm_upper_parts(Ah, Bh, K, small, _up(2 * sp.alpha, 1), absterm,
+                                        bf16=True)
             else:
                 if L is not None:
                     pass                                       # from the fused pass above
@@ -1713,7 +1735,7 @@ def _matmul(self, prim, a, b):
                     L = _K.mm_left(pa, alo, ahi, 2 * sp.alpha)  # one fused pass, float32 upper
                 else:
                     L = _up(2 * sp.alpha * _as_f64(Ah) + ra, 3)   # float64: c·|a| underflows in fp16
-                rad = _gemm_upper_parts(L, Bh, K, small, 1.0, absterm)
+                rad = _gemm_upper_parts(L, Bh, K, small, 1.0, absterm, bf16=True)
             if not b_pt:
                 rad = (_K.scale_up(*rad) + _gemm_upper(absA, rb, K, small), 1.0, 0.0)
             rad = _out_rounding(self, sp.scaled(rad), center, F_out, F_acc)
@@ -1841,7 +1863,7 @@ def _weighted_value_centred(self, prim, x, w, b, params):
         if not m * bmax * K * (1.0 + c) * (1 + 2.0 ** -40) <= F_acc.max:
             return None
         v = self.value_of(prim, (x, w, b if in_sum else None), params)   # the program's value
-        rad = _weighted_radius(self, prim, L, absw, bias_r, params, K, f)
+        rad = _weighted_radius(self, prim, L, absw, bias_r, params, K, f, bf16=not exact)
         if not (np.all(np.isfinite(concrete(v))) and np.all(np.isfinite(rad[0]))):
             return None
         top = F_acc.max if F_acc.has_inf else math.inf
@@ -1919,16 +1941,25 @@ def _conv_split_bounds(x, w, b, params, rad, add, split, top):
     return None if n_bad else (lo, hi)
 
 
-def _weighted_radius(self, prim, L, absw, bias_r, params, K, scale):
+def _weighted_radius(self, prim, L, absw, bias_r, params, K, scale, bf16=False):
     """(R, f, a) with scale·op(L, |w|, |b|) <= R·f + a for nonnegative float32 L, |w|, |b|:
-    a conv on oneDNN in bfloat16 where it runs (``conv_upper_bf16``: operands rounded up), else
-    the op in float32 by the parent: R·(1 - γ_{K+1}(u32))^-1 + K·2^-150 bounds it."""
+    a conv on oneDNN in bfloat16 where it runs (``conv_upper_bf16``: operands rounded up), a
+    linear layer's GEMM in bfloat16 on AMX for value-centred radii (``bf16``;
+    ``_bf16_gemm_upper``; its bias then joins ``a`` as a float64 row), else the op in float32
+    by the parent: R·(1 - γ_{K+1}(u32))^-1 + K·2^-150 bounds it."""
     if prim.name == "conv":
         up = _kconv.conv_upper_bf16(L, absw, bias_r, params["stride"], params["padding"],
                                     params["dilation"], params["groups"])
         if up is not None:
             R, f, a = up
             return R, _up(scale * f, 1), _up(scale * a, 1)
+    elif bf16:
+        up = _bf16_gemm_upper(L, absw.T)          # linear: L @ |w|ᵀ (+ |b| exactly, below)
+        if up is not None and np.isfinite(up[0]).all():
+            R, f, a = up
+            if bias_r is not None:
+                a = a + bias_r.astype(np.float64)
+            return R, _up(scale * f, 1), _up(scale * a, 3)
     R = np.asarray(self.bind_parent(prim, L, absw, bias_r, **params))
     f = _up(scale / (1.0 - _gamma(K + 1, 2.0 ** -24)), 1)
     return R, f, f * K * 2.0 ** -150

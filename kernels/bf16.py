@@ -19,10 +19,15 @@ With k terms per sum: ``exact <= (R + (2k + 3)·2^-126) / ((1 - 2^-7)(1 - γ_{k+
 operands' rounding up and the output's). Only where the CPU has bfloat16 instructions
 (``native``): emulated bfloat16 would be as sound but no faster than float32.
 
-Not used for the GEMMs of ``matmul``/``linear``: their programs' own values come from NumPy's
-OpenBLAS, whose worker threads spin after each call and slow torch's thread pool (and torch's
-slows NumPy's elementwise passes) -- measured on the encoder benchmark, a bfloat16 radius GEMM
-made the whole bound 155 -> 185 ms, although alone it is 2.3-2.8x faster than the float32 GEMM.
+The radius GEMMs of ``matmul``/``linear`` (``matmul_upper``) take this path only where the CPU
+has AMX tiles, and on one thread: there a bfloat16 GEMM on one core is ~3x faster than
+OpenBLAS's float32 one on two (0.58 against 1.64 ms for 256x1024 @ 1024x1024 on a Sapphire
+Rapids VM). On torch's two threads it is twice as fast alone, but torch's OpenMP team and
+OpenBLAS's workers each spin after a call and, on 2 cores, slow each other: an SGEMM followed
+by the bfloat16 GEMM took 5.4 ms on two threads, 2.2 on one (``torch.set_num_threads`` is set
+to 1 around the call and restored). With only AVX512-BF16 (an AMD Zen 4 VM) it was 2.3-2.8x
+faster alone and made the encoder benchmark slower as a whole (155 -> 185 ms): the float32
+GEMM stays there.
 """
 from __future__ import annotations
 
@@ -35,31 +40,36 @@ import numpy as np
 
 @numba.njit(cache=True)
 def _round_up_loop(bits, out):
-    for i in range(bits.size):
-        u = bits[i] & np.uint32(0x7FFFFFFF)       # operands are >= 0 (a -0.0 is 0)
-        if u > np.uint32(0x7F800000):
-            out[i] = np.uint16(0x7FC0)            # NaN stays NaN
-        elif u == 0:
-            out[i] = np.uint16(0)
-        elif u < np.uint32(0x00800000):
-            out[i] = np.uint16(0x0080)            # below 2^-126: 2^-126 (no subnormal inputs)
-        else:
-            hi = u >> np.uint32(16)
-            if u & np.uint32(0xFFFF):
-                hi += np.uint32(1)                # the next bfloat16 up (max -> inf)
-            out[i] = np.uint16(hi)
+    for i in range(bits.size):                    # selects, not branches: it vectorizes
+        u = bits[i] & np.uint32(0x7FFFFFFF)       # the magnitude (a -0.0 is 0)
+        h = (u + np.uint32(0xFFFF)) >> np.uint32(16)   # the next bfloat16 up (max -> inf)
+        h = np.uint32(0x0080) if u < np.uint32(0x00800000) else h   # below 2^-126: 2^-126
+        h = np.uint32(0x7FC0) if u > np.uint32(0x7F800000) else h   # NaN stays NaN
+        out[i] = np.uint16(0) if u == 0 else np.uint16(h)
 
 
 def round_up(torch, t):
-    """A bfloat16 tensor >= t elementwise (t: a nonnegative float32 tensor or array): the upper
-    16 bits of each float32, incremented where the lower ones are not all zero (directed
+    """A bfloat16 tensor >= |t| elementwise (t: a float32 tensor or array): the upper 16 bits
+    of each float32's magnitude, incremented where the lower ones are not all zero (directed
     rounding upward, exactly); nonzero values below 2^-126 become 2^-126, since the bfloat16
-    instructions treat subnormal inputs as 0."""
-    t = torch.as_tensor(t)
-    bits = t.contiguous().numpy().view(np.uint32).reshape(-1)
-    out = np.empty(bits.size, np.uint16)
-    _round_up_loop(bits, out)
-    return torch.from_numpy(out.view(np.int16)).view(torch.bfloat16).reshape(t.shape)
+    instructions treat subnormal inputs as 0. An operand laid out as a permutation of a dense
+    block (attention's head-split activations) is rounded in memory order (a float32 copy
+    into the logical order had cost more than the GEMM), then returned as the permuted view
+    where only the last two axes trade places (a transposed matrix, which the GEMM reads as
+    such) and as a bfloat16 copy in logical order otherwise."""
+    a = t.numpy() if isinstance(t, torch.Tensor) else np.asarray(t)
+    perm = tuple(int(i) for i in np.argsort([-abs(s) for s in a.strides], kind="stable"))
+    dense = a.transpose(perm)
+    if not dense.flags.c_contiguous:
+        dense = np.ascontiguousarray(dense)
+    out = np.empty(dense.size, np.uint16)
+    _round_up_loop(dense.view(np.uint32).reshape(-1), out)
+    r = torch.from_numpy(out.view(np.int16)).view(torch.bfloat16).reshape(dense.shape)
+    r = r.permute(tuple(int(i) for i in np.argsort(perm)))
+    n = len(perm)
+    if perm[:n - 2] != tuple(range(n - 2)):
+        r = r.contiguous()      # (in bfloat16: half a float32 copy; torch's matmul of such
+    return r                    # views took 2x longer than the copy and its own GEMM)
 
 
 @functools.cache
@@ -81,3 +91,31 @@ def factors(k):
         return None
     f = 1.0 / ((1.0 - 2.0 ** -7) * (1.0 - g / (1.0 - g))) * (1.0 + 2.0 ** -50)
     return f, math.ldexp(2 * k + 3, -126) * f
+
+
+@functools.cache
+def amx(torch) -> bool:
+    """oneDNN runs bfloat16 GEMMs on AMX tiles here (see the module docstring)."""
+    try:
+        return bool(native(torch) and torch.cpu._is_amx_tile_supported())
+    except Exception:
+        return False
+
+
+def matmul_upper(torch, a, b):
+    """(R, f, a') with ``|a| @ |b| <= R·f + a'`` elementwise in exact arithmetic, for float32
+    arrays ``a`` (..., M, K) and ``b`` (..., K, N) (``round_up`` takes magnitudes: the sign bit
+    is dropped), from one bfloat16 GEMM of their magnitudes rounded up (``factors(K)``); R a
+    float32 array. None where ``factors`` has none."""
+    fa = factors(a.shape[-1])
+    if fa is None:
+        return None
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)        # (see the module docstring)
+    try:
+        ta, tb = round_up(torch, a), round_up(torch, b)   # (each in its own layout)
+        with torch.no_grad():
+            r = torch.matmul(ta, tb).float()
+    finally:
+        torch.set_num_threads(threads)
+    return (r.numpy(),) + fa

@@ -63,3 +63,94 @@ def test_bfloat16_convolution_accumulates_in_float32(channels, taps):
     assert 2 ** 12 < exact.max() < 2 ** 24     # bfloat16 rounds, float32 is exact
     assert np.array_equal(R, exact.astype(ml_dtypes.bfloat16).astype(F32))
     assert np.all(R * f + a >= exact)
+
+
+@pytest.mark.parametrize("k", [512, 4096, 32768])
+def test_bfloat16_matmul_accumulates_in_float32(k):
+    """The matmul radius (``matmul_upper``, torch's bfloat16 GEMM on oneDNN) under the same
+    assumption as the convolution's: sums of small integers come out as the exact sum rounded
+    to bfloat16 once (partial sums kept in bfloat16 would be many ulps off)."""
+    torch = _torch_or_skip()
+    rng = np.random.default_rng(92)
+    a = rng.integers(0, 8, (6, k)).astype(F32)
+    b = rng.integers(0, 8, (k, 5)).astype(F32)
+    R, f, ab = _bf16.matmul_upper(torch, a, b)
+    exact = a.astype(F64) @ b.astype(F64)
+    assert 2 ** 12 < exact.max() < 2 ** 24
+    assert np.array_equal(R, exact.astype(ml_dtypes.bfloat16).astype(F32))
+    assert np.all(R * f + ab >= exact)
+
+
+@pytest.mark.parametrize("layout", ["plain", "transposed-b", "head-split", "batched-permuted"])
+@pytest.mark.parametrize("scale", ["normal", "tiny", "huge", "sparse", "signed"])
+def test_bfloat16_matmul_upper_bounds_the_exact_sum(layout, scale):
+    """``matmul_upper``: R·f + a >= |a| @ |b| in exact arithmetic (the float64 product plus
+    its own error) for operands of every layout the interval rules pass (a linear layer's
+    transposed weights, attention's head-split activations and permuted batches), magnitudes
+    near underflow and overflow, ReLU zeros and negative values (their magnitudes count);
+    at most ~3% above where nothing is near underflow; the permuted operands come back
+    unchanged."""
+    torch = _torch_or_skip()
+    rng = np.random.default_rng(93)
+    mag = {"normal": 1.0, "tiny": 1e-36, "huge": 1e17, "sparse": 1.0, "signed": 1.0}[scale]
+
+    def arr(*shape):
+        x = rng.standard_normal(shape) * mag
+        if scale == "sparse":
+            x[rng.random(shape) < 0.7] = 0.0
+        return (x if scale == "signed" else np.abs(x)).astype(F32)
+    if layout == "plain":
+        a, b = arr(40, 300), arr(300, 24)
+    elif layout == "transposed-b":
+        a, b = arr(2, 20, 300), arr(24, 300).T
+    elif layout == "head-split":
+        a, b = arr(2, 20, 300).transpose(1, 0, 2), arr(300, 24)
+    else:
+        a, b = arr(3, 4, 20, 60), arr(60, 3, 4, 24).transpose(1, 2, 0, 3)
+    a0, b0 = a.copy(), b.copy()
+    R, f, ab = _bf16.matmul_upper(torch, a, b)
+    S = np.matmul(np.abs(a).astype(F64), np.abs(b).astype(F64))
+    K = a.shape[-1]
+    exact_hi = S * (1 + 2 * (K + 2) * 2.0 ** -53)
+    assert R.shape == S.shape and np.all(R.astype(F64) * f + ab >= exact_hi)
+    if scale != "tiny":
+        assert np.all(R.astype(F64) * f + ab <= S * 1.03 + 1e-30)
+    assert np.array_equal(a, a0) and np.array_equal(b, b0)
+
+
+def test_interval_matmul_and_linear_with_bfloat16_radius_are_sound():
+    """Large enough float32 GEMMs (>= 2^21 products) take the bfloat16 radius where the CPU
+    has AMX: an interval activation times weights (matmul and fpx.nn.linear, with a bias in
+    the sum) and an interval times an interval hold the exact results at the box's ends and
+    float32 runs in two summation orders."""
+    torch = _torch_or_skip()
+    if not _bf16.amx(torch):
+        pytest.skip("no AMX: the float32 radius GEMM runs")
+    import fpx
+    calls = []
+    real = _bf16.matmul_upper
+    rng = np.random.default_rng(94)
+    x = rng.standard_normal((64, 512)).astype(F32)
+    w = (rng.standard_normal((512, 256)) * 0.05).astype(F32)
+    b = rng.standard_normal(256).astype(F32)
+    xi = fpx.Interval.around(x, rel=1e-3)
+    y = rng.standard_normal((512, 128)).astype(F32)
+    yi = fpx.Interval.around(y, rel=1e-3)
+    try:
+        _bf16.matmul_upper = lambda *a: calls.append(a[1].shape) or real(*a)
+        mm = fpx.interval(lambda h: h @ w)(xi)
+        lin = fpx.interval(lambda h: nn.linear(h, w.T, b, bias_in_sum=True))(xi)
+        ii = fpx.interval(lambda h, g: h @ g)(xi, yi)
+    finally:
+        _bf16.matmul_upper = real
+    assert len(calls) == 3
+    X, W, B, Y = (z.astype(F64) for z in (x, w, b, y))
+    for t in (0.0, 1.0):
+        h = xi.lo + t * (xi.hi - xi.lo)
+        assert mm.contains(h @ W).all() and lin.contains(h @ W + B).all()
+        assert ii.contains(h @ (yi.lo + t * (yi.hi - yi.lo))).all()
+    p = x[:, :, None] * w[None, :, :]
+    for order in (slice(None), slice(None, None, -1)):
+        s = np.cumsum(p[:, order], axis=1, dtype=F32)[:, -1]
+        assert mm.contains(s).all() and lin.contains((s + b).astype(F32)).all()
+    assert mm.contains(x @ w).all() and ii.contains(x @ y).all()
