@@ -154,3 +154,47 @@ def test_interval_matmul_and_linear_with_bfloat16_radius_are_sound():
         s = np.cumsum(p[:, order], axis=1, dtype=F32)[:, -1]
         assert mm.contains(s).all() and lin.contains((s + b).astype(F32)).all()
     assert mm.contains(x @ w).all() and ii.contains(x @ y).all()
+
+
+def test_interval_matmul_with_bfloat16_radius_and_special_weights():
+    """Weights with a NaN and a column near float32's overflow under the fused path's
+    bfloat16 radius (the value-centred path steps aside for a non-finite value): the NaN
+    column's bounds are not finite (unknown), the overflowing column unbounded where the
+    program overflows, and the finite columns keep finite bounds holding the exact results
+    at the box's ends; huge finite weights still bound soundly."""
+    torch = _torch_or_skip()
+    if not _bf16.amx(torch):
+        pytest.skip("no AMX: the float32 radius GEMM runs")
+    import fpx
+    rng = np.random.default_rng(95)
+    x = rng.standard_normal((64, 512)).astype(F32)
+    w = (rng.standard_normal((512, 256)) * 0.05).astype(F32)
+    xi = fpx.Interval.around(x, rel=1e-3)
+    for special in ("nan", "huge", "both"):
+        ws = w.copy()
+        if special in ("nan", "both"):
+            ws[3, 5] = np.nan
+        if special in ("huge", "both"):
+            ws[:, 7] = 3e37
+        with np.errstate(all="ignore"):
+            out = fpx.interval(lambda h: h @ ws)(xi)
+            v = x @ ws
+        if special in ("nan", "both"):
+            assert np.isnan(v[:, 5]).all() and not np.isfinite(out.lo[:, 5]).any() \
+                and not np.isfinite(out.hi[:, 5]).any()
+        if special in ("huge", "both"):
+            over = ~np.isfinite(v[:, 7])
+            assert over.any() and (out.lo[over, 7] == -np.inf).all() \
+                and (out.hi[over, 7] == np.inf).all()
+        ok = [j for j in range(256) if j not in (5, 7)]
+        assert np.isfinite(out.lo[:, ok]).all() and np.isfinite(out.hi[:, ok]).all()
+        with np.errstate(all="ignore"):
+            for t in (0.0, 1.0):
+                e = (xi.lo + t * (xi.hi - xi.lo)) @ ws.astype(F64)
+                assert np.all((out.lo[:, ok] <= e[:, ok]) & (e[:, ok] <= out.hi[:, ok]))
+    # a finite program with huge weights: the guard's max comes from the weights themselves
+    wh = w * np.float32(1e30)
+    out = fpx.interval(lambda h: h @ wh)(xi)
+    assert out.contains(x @ wh).all()
+    for t in (0.0, 1.0):
+        assert out.contains((xi.lo + t * (xi.hi - xi.lo)) @ wh.astype(F64)).all()
