@@ -1514,7 +1514,7 @@ def _gemm(A, B):
     return np.matmul(A, B)
 
 
-def _gemm_upper_parts(L, M, K, small, scale=1.0, add=0.0, bf16=False, signed_m=False):
+def _gemm_upper_parts(L, M, K, small, scale=1.0, add=0.0, bf16=False):
     """(R, f, a) with ``scale·(L @ M) + add <= R·f + a`` for nonnegative L, M (evaluate with
     ``_K.scale_up(R, f, a)``, or let ``_K.center_bounds`` do it on the fly). With ``small`` (a
     float32-or-narrower program) the GEMM runs in float32 on upper float32 copies: every product
@@ -1522,25 +1522,34 @@ def _gemm_upper_parts(L, M, K, small, scale=1.0, add=0.0, bf16=False, signed_m=F
     L @ M <= (R + K·2^-150) / (1 - γ_{K+1}(u32)). Falls back to float64 where float32
     overflows. ``bf16``: a bfloat16 GEMM on AMX where it runs (``_bf16_gemm_upper``, ~1.6%
     above the float32 radius) -- for value-centred radii, not for point or exact-centre bounds,
-    whose width is the radius (a point matmul stays no wider than RENDER's). ``signed_m``:
-    M stands for its magnitudes (float32 weights: the bfloat16 rounding drops signs; the other
-    paths take |M| first)."""
+    whose width is the radius (a point matmul stays no wider than RENDER's)."""
     if small:
         Lf, Mf = _f32_upper(np.asarray(L)), _f32_upper(np.asarray(M))
         up = _bf16_gemm_upper(Lf, Mf) if bf16 else None
         if up is not None and np.isfinite(up[0]).all():
             return up[0], _up(scale * up[1], 1), _up(scale * up[2], 1) + add
-        if signed_m:
-            Mf = _f32_upper(np.abs(np.asarray(M)))
         with np.errstate(all="ignore"):
             R = _gemm(Lf, Mf)
         if np.isfinite(R).all():
             corr = scale / (1.0 - _gamma(K + 1, 2.0 ** -24))
             return R, corr, corr * K * 2.0 ** -150 + add
     with np.errstate(all="ignore"):
-        R = _gemm(np.asarray(L, np.float64), np.abs(np.asarray(M, np.float64)) if signed_m
-                  else np.asarray(M, np.float64))
+        R = _gemm(np.asarray(L, np.float64), np.asarray(M, np.float64))
     return R, scale * (1.0 + _gamma(K + 2, 2.0 ** -53)), add
+
+
+def _weights_radius(L, W, K, add):
+    """((R, f, a), wmax): ``L @ |W| + add <= R·f + a`` and ``wmax >= max |W|`` (NaN if W has
+    one) for float32 weights W, from the bfloat16 GEMM, which rounds magnitudes itself (no
+    |W| array: 4 MB less written per 1024x1024 layer) and takes their max in the same pass;
+    |W| in float32 where that GEMM's result is not finite."""
+    up = _bf16.matmul_upper(_kconv._torch(), L, W, b_max=True)
+    if up is not None and np.isfinite(up[0]).all():
+        R, f, a, wmax = up
+        return (R, _up(f, 1), _up(a, 1) + add), wmax
+    absW = np.abs(W)
+    wmax = float(np.max(absW)) if absW.size else 0.0
+    return _gemm_upper_parts(L, absW, K, True, 1.0, add), wmax
 
 
 def _bf16_gemm_upper(L, M, probe=False):
@@ -1695,14 +1704,13 @@ def _matmul(self, prim, a, b):
         a_pt = not lazy_a and np.ndim(ra) == 0 and ra == 0
         b_pt = np.ndim(rb) == 0 and rb == 0
         # constant float32 weights under the fused pass's bfloat16 radius GEMM: no |B| array
-        # (the rounding takes magnitudes itself); its max from two reductions, the array
-        # itself only where the overflow guard needs it
+        # (the rounding takes magnitudes itself, and their max: ``_weights_radius``), the
+        # array itself only where the overflow guard needs it
         finite_v = bool(np.all(np.isfinite(concrete(v))))
         direct_b = (lazy_a and finite_v and b_pt and type(pb) is np.ndarray
                     and pb.dtype == np.float32 and _bf16_gemm_upper(L, pb, probe=True) is not None)
         if direct_b:
-            bmax = float(np.maximum(np.max(pb), -np.min(pb))) if pb.size else 0.0
-            absB = Bh = _LazyAbs(pb, pb, pb, bmax)
+            absB = Bh = bmax = None
         else:
             absB, bmax = _abs_operand(pb, small, "absB")
             Bh = absB if b_pt else _up(absB + rb)
@@ -1750,9 +1758,11 @@ def _matmul(self, prim, a, b):
                     L = _K.mm_left(pa, alo, ahi, 2 * sp.alpha)  # one fused pass, float32 upper
                 else:
                     L = _up(2 * sp.alpha * _as_f64(Ah) + ra, 3)   # float64: c·|a| underflows in fp16
-                rad = (_gemm_upper_parts(L, pb, K, small, 1.0, absterm, bf16=True, signed_m=True)
-                       if direct_b else
-                       _gemm_upper_parts(L, Bh, K, small, 1.0, absterm, bf16=True))
+                if direct_b:
+                    rad, bmax = _weights_radius(L, pb, K, absterm)
+                    Bh = _LazyAbs(pb, pb, pb, bmax)
+                else:
+                    rad = _gemm_upper_parts(L, Bh, K, small, 1.0, absterm, bf16=True)
             if not b_pt:
                 rad = (_K.scale_up(*rad) + _gemm_upper(absA, rb, K, small), 1.0, 0.0)
             rad = _out_rounding(self, sp.scaled(rad), center, F_out, F_acc)

@@ -40,15 +40,19 @@ import numpy as np
 
 @numba.njit(cache=True)
 def _round_up_loop(bits, out):
+    top = np.uint32(0)
     for i in range(bits.size):                    # selects, not branches: it vectorizes
         u = bits[i] & np.uint32(0x7FFFFFFF)       # the magnitude (a -0.0 is 0)
         h = (u + np.uint32(0xFFFF)) >> np.uint32(16)   # the next bfloat16 up (max -> inf)
         h = np.uint32(0x0080) if u < np.uint32(0x00800000) else h   # below 2^-126: 2^-126
         h = np.uint32(0x7FC0) if u > np.uint32(0x7F800000) else h   # NaN stays NaN
-        out[i] = np.uint16(0) if u == 0 else np.uint16(h)
+        h = np.uint32(0) if u == 0 else h
+        out[i] = np.uint16(h)
+        top = max(top, h)               # nonnegative bfloat16 bits order as their values
+    return top
 
 
-def round_up(torch, t):
+def round_up(torch, t, with_max=False):
     """A bfloat16 tensor >= |t| elementwise (t: a float32 tensor or array): the upper 16 bits
     of each float32's magnitude, incremented where the lower ones are not all zero (directed
     rounding upward, exactly); nonzero values below 2^-126 become 2^-126, since the bfloat16
@@ -56,20 +60,23 @@ def round_up(torch, t):
     block (attention's head-split activations) is rounded in memory order (a float32 copy
     into the logical order had cost more than the GEMM), then returned as the permuted view
     where only the last two axes trade places (a transposed matrix, which the GEMM reads as
-    such) and as a bfloat16 copy in logical order otherwise."""
+    such) and as a bfloat16 copy in logical order otherwise. ``with_max``: also the largest
+    rounded value as a float (>= max |t|; NaN if any element is NaN; 0 if empty)."""
     a = t.numpy() if isinstance(t, torch.Tensor) else np.asarray(t)
     perm = tuple(int(i) for i in np.argsort([-abs(s) for s in a.strides], kind="stable"))
     dense = a.transpose(perm)
     if not dense.flags.c_contiguous:
         dense = np.ascontiguousarray(dense)
     out = np.empty(dense.size, np.uint16)
-    _round_up_loop(dense.view(np.uint32).reshape(-1), out)
+    top = _round_up_loop(dense.view(np.uint32).reshape(-1), out)
     r = torch.from_numpy(out.view(np.int16)).view(torch.bfloat16).reshape(dense.shape)
     r = r.permute(tuple(int(i) for i in np.argsort(perm)))
     n = len(perm)
     if perm[:n - 2] != tuple(range(n - 2)):
         r = r.contiguous()      # (in bfloat16: half a float32 copy; torch's matmul of such
-    return r                    # views took 2x longer than the copy and its own GEMM)
+    if not with_max:            # views took 2x longer than the copy and its own GEMM)
+        return r
+    return r, float(np.uint32(int(top) << 16).view(np.float32))
 
 
 @functools.cache
@@ -102,20 +109,21 @@ def amx(torch) -> bool:
         return False
 
 
-def matmul_upper(torch, a, b):
+def matmul_upper(torch, a, b, b_max=False):
     """(R, f, a') with ``|a| @ |b| <= R·f + a'`` elementwise in exact arithmetic, for float32
     arrays ``a`` (..., M, K) and ``b`` (..., K, N) (``round_up`` takes magnitudes: the sign bit
     is dropped), from one bfloat16 GEMM of their magnitudes rounded up (``factors(K)``); R a
-    float32 array. None where ``factors`` has none."""
+    float32 array. ``b_max``: also an upper bound of max |b| (``round_up``'s). None where
+    ``factors`` has none."""
     fa = factors(a.shape[-1])
     if fa is None:
         return None
     threads = torch.get_num_threads()
     torch.set_num_threads(1)        # (see the module docstring)
     try:
-        ta, tb = round_up(torch, a), round_up(torch, b)   # (each in its own layout)
+        ta, (tb, top) = round_up(torch, a), round_up(torch, b, with_max=True)  # (own layouts)
         with torch.no_grad():
             r = torch.matmul(ta, tb).float()
     finally:
         torch.set_num_threads(threads)
-    return (r.numpy(),) + fa
+    return (r.numpy(),) + fa + ((top,) if b_max else ())

@@ -45,6 +45,11 @@ def test_round_up_is_the_smallest_bfloat16_not_below():
     assert np.all(y[(x == 0)] == 0)
     assert np.all(y[(x > 0) & (x < 2.0 ** -126)] == 2.0 ** -126)
     assert np.isnan(y[-1])
+    # the largest rounded magnitude, from the same pass: NaN if any, inf if any, else the max
+    for arr, want in ((x, np.nan), (x[:-2], np.inf), (-x[:5], float(y[:5].max())),
+                      (np.zeros(0, F32), 0.0)):
+        got = _bf16.round_up(torch, arr, with_max=True)[1]
+        assert (np.isnan(got) and np.isnan(want)) or got == want
 
 
 @pytest.mark.parametrize("channels,taps", [(512, 3), (4096, 3), (32768, 1)])
@@ -137,7 +142,7 @@ def test_interval_matmul_and_linear_with_bfloat16_radius_are_sound():
     y = rng.standard_normal((512, 128)).astype(F32)
     yi = fpx.Interval.around(y, rel=1e-3)
     try:
-        _bf16.matmul_upper = lambda *a: calls.append(a[1].shape) or real(*a)
+        _bf16.matmul_upper = lambda *a, **k: calls.append(a[1].shape) or real(*a, **k)
         mm = fpx.interval(lambda h: h @ w)(xi)
         lin = fpx.interval(lambda h: nn.linear(h, w.T, b, bias_in_sum=True))(xi)
         ii = fpx.interval(lambda h, g: h @ g)(xi, yi)
