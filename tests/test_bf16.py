@@ -203,3 +203,59 @@ def test_interval_matmul_with_bfloat16_radius_and_special_weights():
     assert out.contains(x @ wh).all()
     for t in (0.0, 1.0):
         assert out.contains((xi.lo + t * (xi.hi - xi.lo)) @ wh.astype(F64)).all()
+
+
+@pytest.mark.parametrize("seed", range(6))
+@pytest.mark.parametrize("data", ["normal", "relu", "cancel", "tiny", "wide-range"])
+def test_bfloat16_radius_paths_are_sound_on_adversarial_data(data, seed):
+    """Random matmul / linear / interval @ interval programs large enough for the bfloat16
+    radius (where AMX runs it; the float32 one elsewhere), on data that stresses it: ReLU
+    zeros, cancelling sums, values near float32's underflow, magnitudes over 60 decades. The
+    bounds hold float64 evaluations at the boxes' ends and midpoints (fsum-exact for the
+    products' sums where it matters: the float64 GEMM's own error is added to the check) and
+    float32 runs of the program in two summation orders."""
+    import fpx
+    rng = np.random.default_rng(1000 + seed)
+    M, K, N = 48, 384, 128
+
+    def make(shape):
+        x = rng.standard_normal(shape)
+        if data == "relu":
+            x = np.maximum(x, 0)
+        elif data == "cancel":
+            x = x + 50.0 * np.sign(rng.standard_normal(shape[-1:]))
+        elif data == "tiny":
+            x = x * 1e-36
+        elif data == "wide-range":
+            x = x * 10.0 ** rng.uniform(-30, 30, shape)
+        return x.astype(F32)
+    x, w, y = make((M, K)), make((K, N)) * np.float32(0.1), make((K, N))
+    b = make((N,))
+    rel = 10.0 ** rng.uniform(-6, -2)
+    xi = fpx.Interval.around(x, rel=rel)
+    yi = fpx.Interval.around(y, rel=rel)
+    with np.errstate(all="ignore"):
+        W64, B64 = w.astype(F64), b.astype(F64)
+        progs = [(lambda h: h @ w, (xi,), lambda h: h @ W64, lambda h: h @ np.abs(W64)),
+                 (lambda h: nn.linear(h, w.T, b, bias_in_sum=True), (xi,),
+                  lambda h: h @ W64 + B64, lambda h: h @ np.abs(W64) + np.abs(B64)),
+                 (lambda h, g: h @ g, (xi, yi), lambda h, g: h @ g, lambda h, g: h @ g)]
+        for f, args, exact, magnitude in progs:
+            out = fpx.interval(f)(*args)
+            ends = [[a.lo, a.hi, (a.lo + a.hi) / 2] for a in args]
+            # the float64 check's own error: γ_{K+1}(u64)·Σ|h||g| (+ |b|)
+            mag = magnitude(*[np.maximum(np.abs(a.lo), np.abs(a.hi)) for a in args])
+            err = mag * (K + 2) * 2.0 ** -52
+            for k in range(3):
+                pts = [e[k] for e in ends]
+                e = exact(*pts)
+                ok = (out.lo <= e + err) & (e - err <= out.hi)
+                assert ok.all(), (data, seed, f, k)
+            v32 = f(*[np.asarray(a.value) for a in args])
+            fin = np.isfinite(v32)          # (an overflowing run is NaN: never "contained")
+            assert out.contains(v32)[fin].all()
+        out = fpx.interval(lambda h: h @ w)(xi)
+        p = x[:, :, None] * w[None, :, :]
+        for order in (slice(None), slice(None, None, -1)):
+            s = np.cumsum(p[:, order], axis=1, dtype=F32)[:, -1]
+            assert out.contains(s)[np.isfinite(s)].all()
