@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import functools
 import math
+import threading
 
 import numba
 import numpy as np
@@ -100,6 +101,9 @@ def factors(k):
     return f, math.ldexp(2 * k + 3, -126) * f
 
 
+_ONE_THREAD = threading.Lock()
+
+
 @functools.cache
 def amx(torch) -> bool:
     """oneDNN runs bfloat16 GEMMs on AMX tiles here (see the module docstring)."""
@@ -118,12 +122,13 @@ def matmul_upper(torch, a, b, b_max=False):
     fa = factors(a.shape[-1])
     if fa is None:
         return None
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)        # (see the module docstring)
-    try:
-        ta, (tb, top) = round_up(torch, a), round_up(torch, b, with_max=True)  # (own layouts)
-        with torch.no_grad():
-            r = torch.matmul(ta, tb).float()
-    finally:
-        torch.set_num_threads(threads)
+    with _ONE_THREAD:               # (see the module docstring; the lock keeps concurrent
+        threads = torch.get_num_threads()   # callers from restoring each other's 1)
+        torch.set_num_threads(1)
+        try:
+            ta, (tb, top) = round_up(torch, a), round_up(torch, b, with_max=True)  # own layouts
+            with torch.no_grad():
+                r = torch.matmul(ta, tb).float()
+        finally:
+            torch.set_num_threads(threads)
     return (r.numpy(),) + fa + ((top,) if b_max else ())

@@ -259,3 +259,18 @@ def test_bfloat16_radius_paths_are_sound_on_adversarial_data(data, seed):
         for order in (slice(None), slice(None, None, -1)):
             s = np.cumsum(p[:, order], axis=1, dtype=F32)[:, -1]
             assert out.contains(s)[np.isfinite(s)].all()
+
+
+def test_matmul_upper_restores_torch_threads_under_concurrent_calls():
+    """The bfloat16 GEMM runs on one torch thread and restores the caller's setting, also
+    when several Python threads call it at once (a lock: otherwise one could restore
+    another's 1 and leave torch on one thread)."""
+    torch = _torch_or_skip()
+    from concurrent.futures import ThreadPoolExecutor
+    before = torch.get_num_threads()
+    a = np.random.default_rng(96).random((64, 256)).astype(F32)
+    b = np.random.default_rng(97).random((256, 32)).astype(F32)
+    with ThreadPoolExecutor(4) as ex:
+        outs = list(ex.map(lambda _: _bf16.matmul_upper(torch, a, b)[0], range(16)))
+    assert torch.get_num_threads() == before
+    assert all(np.array_equal(o, outs[0]) for o in outs)
