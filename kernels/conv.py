@@ -105,8 +105,12 @@ def conv_exact_f32(x, w, b, stride, padding, dilation, groups):
     wake OpenBLAS's worker threads, whose ~0.1 s of spinning after each call made the next
     oneDNN convolutions 2-3x slower on 2 cores. None where it does not apply."""
     torch = _engine(x, w, b)
-    if torch is None:
-        return None
+    return None if torch is None else _conv_float64(torch, x, w, b, stride, padding, dilation,
+                                                    groups)
+
+
+def _conv_float64(torch, x, w, b, stride, padding, dilation, groups):
+    """torch's float64 convolution of the operands (converted exactly), as a NumPy array."""
     (tx, tw, tb), pad = _tensors(torch, x, w, b, padding, torch.float64)
     with torch.no_grad():
         y = torch.convolution(tx, tw, tb, list(stride), pad, list(dilation), False,
@@ -124,11 +128,7 @@ def conv_f64(x, w, b, stride, padding, dilation, groups):
             and type(w) is np.ndarray and w.dtype == np.float32 and w.size
             and (b is None or (type(b) is np.ndarray and b.dtype == np.float32))):
         return None
-    (tx, tw, tb), pad = _tensors(torch, x, w, b, padding, torch.float64)
-    with torch.no_grad():
-        y = torch.convolution(tx, tw, tb, list(stride), pad, list(dilation), False,
-                              [0] * len(pad), int(groups))
-    return y.contiguous().numpy()
+    return _conv_float64(torch, x, w, b, stride, padding, dilation, groups)
 
 
 def conv_blocks_f32(x, w, stride, padding, dilation, groups, blocks):
