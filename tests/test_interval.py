@@ -2624,3 +2624,41 @@ def test_kernels_on_permuted_and_per_channel_layouts_match_contiguous_copies():
         got = kern(x, x + 1e-3, sc, sh + 1.0, 1e-7, 1e-45, np.inf)
         ref = kern(x, x + 1e-3, full_sc, full_sh + 1.0, 1e-7, 1e-45, np.inf)
         assert all(np.array_equal(a, b) for a, b in zip(got, ref))
+
+
+def test_batch_norm_coefficients_are_reused_by_content_only():
+    """The batch-norm rule keeps its per-channel (alpha, beta) intervals keyed by the
+    statistics' bytes: a second call gives the same bounds bit for bit without recomputing
+    them, statistics changed in place (a running variance updated) give the new bounds, and
+    another policy its own."""
+    import sys
+    import fpx.nn as fnn
+    iv_mod = sys.modules["fpx.interval"]
+    rng = np.random.default_rng(41)
+    x = rng.standard_normal((2, 5, 3, 4)).astype(np.float32)
+    m, v = rng.standard_normal(5).astype(np.float32), (rng.random(5) + 0.5).astype(np.float32)
+    w, b = rng.standard_normal(5).astype(np.float32), rng.standard_normal(5).astype(np.float32)
+    xi = fpx.Interval.around(x, rel=1e-3)
+
+    def f(h):
+        return fnn.batch_norm(h, m, v, w, b)
+    calls = []
+    real = iv_mod._nn.batch_norm_coefficients
+    iv_mod._BN_COEFFS.clear()
+    iv_mod._nn.batch_norm_coefficients = lambda *a: calls.append(1) or real(*a)
+    try:
+        first, second = fpx.interval(f)(xi), fpx.interval(f)(xi)
+        assert len(calls) == 1
+        assert all(np.array_equal(getattr(first, k), getattr(second, k))
+                   for k in ("lo", "hi", "value"))
+        v[2] *= 4                                   # in place: a new key
+        third = fpx.interval(f)(xi)
+        assert len(calls) == 2 and not np.array_equal(third.lo, first.lo)
+        iv_mod._BN_COEFFS.clear()
+        fresh = fpx.interval(f)(xi)
+        assert np.array_equal(fresh.lo, third.lo) and np.array_equal(fresh.hi, third.hi)
+        fpx.interval(f, policy="cuda")(xi)
+        assert len(calls) == 4                      # another policy: computed again
+    finally:
+        iv_mod._nn.batch_norm_coefficients = real
+    assert third.contains(f(x)).all()
