@@ -539,13 +539,14 @@ def _bn_coefficients(self, stats, eps, dtype, ndim, axis):
     """A batch norm's per-channel (alpha, beta) as intervals (``batch_norm_coefficients`` run
     by this interpreter). Where the statistics are constant NumPy arrays and the values come
     from NumPy's evaluation, the result is kept, keyed by the statistics' bytes, eps, the
-    dtypes and the policy (read-only arrays), so a model's forward does not redo the dozen
+    dtypes, the policy and the interpreter's settings (read-only arrays), so a model's forward does not redo the dozen
     small interval ops per batch norm (~0.45 ms each) on every call."""
     key = None
     if type(self.parent) is EvalInterpreter and all(
             z is None or (type(z) is np.ndarray and not self._own(z)) for z in stats):
         key = (tuple(None if z is None else (z.dtype.str, z.shape, z.tobytes()) for z in stats),
-               float(eps), np.dtype(dtype).str, ndim, axis, self.policy)
+               float(eps), np.dtype(dtype).str, ndim, axis, self.policy, self.bound,
+               self.confidence, self.branches, self.matmul)
         try:
             hit = _BN_COEFFS.get(key)
         except TypeError:                   # a policy that does not hash: no reuse
@@ -1828,7 +1829,7 @@ def _weighted(self, prim, x, w, b=None, **params):
     convolution of a narrow interval (radius below ~4c of its magnitude, where the value-centred
     bound would be ~2x wider) gets the matmul rule's exact centre without the im2col of its
     bounds: C = conv(mid) in float64 (``conv_f64``), radius conv(r + (c + γ)·|x̂|, |w|)
-    (``midpoint_factor``; 20x faster than the decomposition). Anything else -- interval or
+    (``midpoint_factor``; ~13x faster than the decomposition). Anything else -- interval or
     non-float32 weights, a policy that rounds the inputs (tf32), a linear layer's narrow
     intervals, unstable or non-finite inputs, possible overflow, CuPy arrays -- runs the
     decomposition (and the matmul rule)."""

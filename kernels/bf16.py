@@ -26,8 +26,8 @@ Rapids VM). On torch's two threads it is twice as fast alone, but torch's OpenMP
 OpenBLAS's workers each spin after a call and, on 2 cores, slow each other: an SGEMM followed
 by the bfloat16 GEMM took 5.4 ms on two threads, 2.2 on one (``torch.set_num_threads`` is set
 to 1 around the call and restored). With only AVX512-BF16 (an AMD Zen 4 VM) it was 2.3-2.8x
-faster alone and made the encoder benchmark slower as a whole (155 -> 185 ms): the float32
-GEMM stays there.
+faster alone and, on two threads, made the encoder benchmark slower as a whole (155 -> 185
+ms); one thread was not measured there, so the float32 GEMM stays.
 """
 from __future__ import annotations
 

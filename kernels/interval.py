@@ -415,7 +415,8 @@ def _midpoint_factor_loop(lo, hi, k, mid, out):
     for i in range(out.shape[0]):
         for j in range(out.shape[1]):
             l, h = _at(lo, i, j), _at(hi, i, j)
-            m = 0.5 * l + 0.5 * h                 # within [l, h]: rounding is monotone
+            m = 0.5 * l + 0.5 * h                 # (may leave [l, h] by a subnormal step:
+            #  r = max(h - m, m - l) below still covers [l, h] about m)
             mid[i, j] = m
             r0 = max(h - m, m - l)
             a = max(abs(l), abs(h))
