@@ -1579,20 +1579,21 @@ def _weights_radius(L, W, K, add):
     one) for float32 weights W, from the bfloat16 GEMM, which rounds magnitudes itself (no
     |W| array: 4 MB less written per 1024x1024 layer) and takes their max in the same pass;
     |W| in float32 where that GEMM's result is not finite."""
-    up = _bf16.matmul_upper(_kconv._torch(), L, W, b_max=True)
+    up = _bf16.matmul_upper(_kconv._torch(), L, W, maxes=True)
     if up is not None and np.isfinite(up[0]).all():
-        R, f, a, wmax = up
+        R, f, a, _, wmax = up
         return (R, _up(f, 1), _up(a, 1) + add), wmax
     absW = np.abs(W)
     wmax = float(np.max(absW)) if absW.size else 0.0
     return _gemm_upper_parts(L, absW, K, True, 1.0, add), wmax
 
 
-def _bf16_gemm_upper(L, M, probe=False):
+def _bf16_gemm_upper(L, M, probe=False, maxes=False):
     """(R, f, a) with |L| @ |M| <= R·f + a from one bfloat16 GEMM on AMX (``kernels/bf16.py:
     matmul_upper``: the rounding takes magnitudes) for float32 NumPy operands of a large
     enough GEMM (>= 2^21 products); None elsewhere (no AMX, no torch, small or CuPy
-    operands). ``probe``: only whether it would run (True or None)."""
+    operands). ``probe``: only whether it would run (True or None); ``maxes``: also bounds of
+    max |L| and max |M| (``matmul_upper``'s)."""
     if not (type(L) is np.ndarray and type(M) is np.ndarray and L.dtype == np.float32
             and M.dtype == np.float32 and L.ndim >= 2 and M.ndim >= 2
             and L.size * M.shape[-1] >= 2 ** 21):
@@ -1600,7 +1601,7 @@ def _bf16_gemm_upper(L, M, probe=False):
     torch = _kconv._torch()
     if not (torch and _bf16.amx(torch)):
         return None
-    return True if probe else _bf16.matmul_upper(torch, L, M)
+    return True if probe else _bf16.matmul_upper(torch, L, M, maxes)
 
 
 def _gemm_upper(L, M, K, small, scale=1.0, add=0.0):
@@ -1874,15 +1875,13 @@ def _weighted_value_centred(self, prim, x, w, b, params):
     c = _matmul_constant(self, F_in, F_prod, F_acc, K)
     sp = _matmul_split(self, c, F_in, F_prod, F_acc, K, F_out)
     absterm = 2 * K * (F_prod.smallest_subnormal + F_acc.smallest_subnormal)
+    center, m = None, None
     with np.errstate(all="ignore"):
-        absw = np.abs(wc)
         if x.point and self.matmul != "fast":
             # a centre C of its own (the op in float64, or float32 blocks summed in float64),
-            # radius α·T + β·|E| + C's error e, |E| <= |C| + e: (α + rel·(1+β))·T + β·|C|
-            if not np.all(np.isfinite(vx)):
-                return None
-            L, m = np.abs(vx), float(np.max(np.abs(vx), initial=0.0))
-            exact, cb = True, sp.beta
+            # radius α·T + β·|E| + C's error e, |E| <= |C| + e: (α + rel·(1+β))·T + β·|C|;
+            # T = op(|x|, |w|) from x itself (the radius op takes magnitudes, and max |x|)
+            L, exact, cb = vx, True, sp.beta
             bias_r = np.abs(bc) if in_sum else None
             # a linear layer's float32 point input: the split-K centre (``_split_terms``); a
             # convolution's: two input-channel blocks (``_conv_split_bounds``)
@@ -1893,6 +1892,8 @@ def _weighted_value_centred(self, prim, x, w, b, params):
             if split is not None:
                 f = split[0]
             else:
+                if not np.all(np.isfinite(vx)):
+                    return None
                 center, f, absterm = _own_point_centre(self, prim, vx, wc, bc, in_sum, params,
                                                        K, sp, absterm)
         else:
@@ -1920,15 +1921,17 @@ def _weighted_value_centred(self, prim, x, w, b, params):
                 exact, f, cb = True, 1.0, 0.0
                 bias_r = (_f32_upper(_up(k * np.abs(bc.astype(np.float64)), 2))
                           if in_sum else None)
+        rad, (lmax, wmax) = _weighted_radius(self, prim, L, wc, bias_r, params, K, f)
+        if m is None:
+            m = lmax                        # max |x| (NaN or inf where x has one)
         if in_sum:
             m = max(m, 1.0)                 # the bias's own term: 1 · b
-        bmax = max(float(absw.max(initial=0.0)), float(np.max(np.abs(bc))) if in_sum else 0.0)
+        bmax = max(wmax, float(np.max(np.abs(bc))) if in_sum else 0.0)
+        # no product or sum may overflow (a NaN or inf operand fails here too): the value is
+        # finite, and a radius that is not (bfloat16 past its range) is ``n_bad`` below
         if not m * bmax * K * (1.0 + c) * (1 + 2.0 ** -40) <= F_acc.max:
             return None
         v = self.value_of(prim, (x, w, b if in_sum else None), params)   # the program's value
-        rad = _weighted_radius(self, prim, L, absw, bias_r, params, K, f, bf16=not exact)
-        if not (np.all(np.isfinite(concrete(v))) and np.all(np.isfinite(rad[0]))):
-            return None
         top = F_acc.max if F_acc.has_inf else math.inf
         bounds = None
         if split is not None and prim.name == "conv":
@@ -2004,28 +2007,31 @@ def _conv_split_bounds(x, w, b, params, rad, add, split, top):
     return None if n_bad else (lo, hi)
 
 
-def _weighted_radius(self, prim, L, absw, bias_r, params, K, scale, bf16=False):
-    """(R, f, a) with scale·op(L, |w|, |b|) <= R·f + a for nonnegative float32 L, |w|, |b|:
-    a conv on oneDNN in bfloat16 where it runs (``conv_upper_bf16``: operands rounded up), a
-    linear layer's GEMM in bfloat16 on AMX for value-centred radii (``bf16``;
-    ``_bf16_gemm_upper``; its bias then joins ``a`` as a float64 row), else the op in float32
-    by the parent: R·(1 - γ_{K+1}(u32))^-1 + K·2^-150 bounds it."""
+def _weighted_radius(self, prim, L, w, bias_r, params, K, scale):
+    """((R, f, a), (lmax, wmax)) with scale·op(|L|, |w|, |b|) <= R·f + a for float32 L, w
+    (signs dropped) and a nonnegative bias, and upper bounds of max |L|, max |w| (NaN where one
+    has a NaN): a conv on oneDNN in bfloat16 where it runs (``conv_upper_bf16``: magnitudes
+    rounded up), a linear layer's GEMM in bfloat16 on AMX (``_bf16_gemm_upper``; its bias then
+    joins ``a`` as a float64 row), both taking the maxima in their rounding pass; else the op
+    in float32 by the parent on |L|, |w|: R·(1 - γ_{K+1}(u32))^-1 + K·2^-150 bounds it."""
     if prim.name == "conv":
-        up = _kconv.conv_upper_bf16(L, absw, bias_r, params["stride"], params["padding"],
-                                    params["dilation"], params["groups"])
+        up = _kconv.conv_upper_bf16(L, w, bias_r, params["stride"], params["padding"],
+                                    params["dilation"], params["groups"], maxes=True)
         if up is not None:
-            R, f, a = up
-            return R, _up(scale * f, 1), _up(scale * a, 1)
-    elif bf16:
-        up = _bf16_gemm_upper(L, absw.T)          # linear: L @ |w|ᵀ (+ |b| exactly, below)
-        if up is not None and np.isfinite(up[0]).all():
-            R, f, a = up
+            R, f, a, lmax, wmax = up
+            return (R, _up(scale * f, 1), _up(scale * a, 1)), (lmax, wmax)
+    else:
+        up = _bf16_gemm_upper(L, w.T, maxes=True)   # linear: |L| @ |w|ᵀ (+ |b| exactly, below)
+        if up is not None:
+            R, f, a, lmax, wmax = up
             if bias_r is not None:
                 a = a + bias_r.astype(np.float64)
-            return R, _up(scale * f, 1), _up(scale * a, 3)
-    R = np.asarray(self.bind_parent(prim, L, absw, bias_r, **params))
+            return (R, _up(scale * f, 1), _up(scale * a, 3)), (lmax, wmax)
+    absL, absw = np.abs(L), np.abs(w)
+    maxes = (float(np.max(absL)) if absL.size else 0.0, float(np.max(absw)) if absw.size else 0.0)
+    R = np.asarray(self.bind_parent(prim, absL, absw, bias_r, **params))
     f = _up(scale / (1.0 - _gamma(K + 1, 2.0 ** -24)), 1)
-    return R, f, f * K * 2.0 ** -150
+    return (R, f, f * K * 2.0 ** -150), maxes
 
 
 def _point_centre(self, prim, x, w, b, params, K):

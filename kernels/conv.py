@@ -19,8 +19,8 @@ Used only where it is the same arithmetic:
 ``conv_f32`` returns None wherever it does not apply; the caller runs the decomposition.
 ``conv_exact_f32`` (the interval rule's exact float64 centre of a float32 convolution) uses
 torch's float64 convolution wherever ``conv_f32`` applies, to stay on one thread pool.
-``conv_upper_bf16`` (the rule's radius, an upper bound of a convolution of nonnegative
-operands) runs one oneDNN bfloat16 convolution of the operands rounded up to bfloat16 where
+``conv_upper_bf16`` (the rule's radius, an upper bound of a convolution of the operands'
+magnitudes) runs one oneDNN bfloat16 convolution of the operands rounded up to bfloat16 where
 the CPU has bfloat16 instructions: 2-3x faster than the float32 one here (AVX512-BF16).
 ``conv_blocks_f32`` (the parts of the rule's default centre of a point convolution): oneDNN
 float32 convolutions over blocks of input channels, which the rule adds in float64 -- about
@@ -158,12 +158,13 @@ def conv_blocks_f32(x, w, stride, padding, dilation, groups, blocks):
     return parts, max(hi - lo for lo, hi in zip(edges[:-1], edges[1:])) * k_taps
 
 
-def conv_upper_bf16(x, w, b, stride, padding, dilation, groups):
-    """(R, f, a) with conv(x, w) (+ b) <= R·f + a elementwise in exact arithmetic, for
-    nonnegative float32 x, w (and b, one more term of each sum), from one oneDNN bfloat16
-    convolution of x, w, b rounded up to bfloat16 (the bound of ``fpx.kernels.bf16``, with
-    k = the products and the bias per sum). None where ``conv_f32`` does not apply or the CPU
-    has no bfloat16 instructions."""
+def conv_upper_bf16(x, w, b, stride, padding, dilation, groups, maxes=False):
+    """(R, f, a) with conv(|x|, |w|) (+ |b|) <= R·f + a elementwise in exact arithmetic, for
+    float32 x, w (and b, one more term of each sum), from one oneDNN bfloat16 convolution of
+    their magnitudes rounded up to bfloat16 (``round_up`` drops the signs; the bound of
+    ``fpx.kernels.bf16``, with k = the products and the bias per sum). ``maxes``: also upper
+    bounds of max |x| and max |w| (NaN where one has a NaN). None where ``conv_f32`` does not
+    apply or the CPU has no bfloat16 instructions."""
     torch = _engine(x, w, b)
     if torch is None or not _bf16.native(torch):
         return None
@@ -171,8 +172,8 @@ def conv_upper_bf16(x, w, b, stride, padding, dilation, groups):
     if fa is None:
         return None
     (tx, tw, tb), pad = _tensors(torch, x, w, b, padding)
-    xb, wb = _bf16.round_up(torch, tx), _bf16.round_up(torch, tw)
+    (xb, x_top), (wb, w_top) = _bf16.round_up(torch, tx, True), _bf16.round_up(torch, tw, True)
     bb = None if tb is None else _bf16.round_up(torch, tb)
     with torch.no_grad():
         y = torch.mkldnn_convolution(xb, wb, bb, pad, list(stride), list(dilation), int(groups))
-    return (y.float().numpy(),) + fa
+    return (y.float().numpy(),) + fa + ((x_top, w_top) if maxes else ())

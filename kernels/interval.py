@@ -512,14 +512,15 @@ def _center_loop(c, R, f, a, cb, top, lo, hi):
             lo[i, j] = -math.inf if y < -top else y
             z = cc + d
             hi[i, j] = math.inf if z > top else z
-            n_bad += (abs(cc) == math.inf) | (cc != cc) | (y != y) | (z != z)
+            n_bad += (abs(cc) == math.inf) | (cc != cc) | (d == math.inf) | (y != y) | (z != z)
     return n_bad
 
 
 def center_bounds(c, R, f, a, top, b=0.0):
     """(lo, hi, n_bad): ``c ∓ (rad·(1+8ε) + |c|·(b + 8ε)·(1+4ε) + 2^-1074)``, ``rad >= R·f +
     a`` (see above; ``b·|c|``: a radius term proportional to the centre's magnitude);
-    ``n_bad`` counts elements with a non-finite centre or a NaN bound."""
+    ``n_bad`` counts elements with a non-finite centre, an infinite radius (R or a) or a NaN
+    bound: with none, every bound is finite or past ``top``."""
     (c, R, f, a), (lo, hi), shape, (rlo, rhi) = _flat((c, R, f, a), (np.float64, np.float64))
     cb = (float(b) + 8 * _E) * (1.0 + 4 * _E)
     n_bad = _center_loop(c, R, f, a, cb, float(top), lo, hi)
@@ -555,7 +556,7 @@ def _split_center_loop(c1, c2, c3, R, f, a, cb, sb, f_cap, top, lo, hi, wide):
             lo[i, j] = -math.inf if y < -top else y
             z = cc + d
             hi[i, j] = math.inf if z > top else z
-            n_bad += (abs(cc) == math.inf) | (cc != cc) | (y != y) | (z != z)
+            n_bad += (abs(cc) == math.inf) | (cc != cc) | (d == math.inf) | (y != y) | (z != z)
         if row_wide and n_wide + row_wide <= wide.shape[0]:
             for j in range(cols):        # rare: where, for the caller's exact centres
                 cc, d, rr = _split_elem(c1, c2, c3, R, f, a, cb, sb, i, j)
@@ -572,7 +573,8 @@ def split_center_bounds(c1, c2, c3, R, f, a, top, b, sb, f_cap, max_wide=0):
     split-K GEMM and a bias, added here in float64): ``c ∓ (R·f + a + sb·(|c1| + |c2| + |c3|)
     + |c|·(b + 8ε))`` (outward as ``center_bounds``). ``wide``: the flat (C-order) indices of
     the elements whose radius passes ``R·f_cap + a`` (where the caller prefers another centre),
-    or None where there are more than ``max_wide`` of them or the result is not C-ordered."""
+    or None where there are more than ``max_wide`` of them or the result is not C-ordered;
+    ``n_bad`` as ``center_bounds``'."""
     (c1, c2, c3, R, f, a), (lo, hi), shape, (rlo, rhi) = _flat((c1, c2, c3, R, f, a),
                                                                (np.float64, np.float64))
     cb = (float(b) + 8 * _E) * (1.0 + 4 * _E)

@@ -50,6 +50,17 @@ def test_round_up_is_the_smallest_bfloat16_not_below():
                       (np.zeros(0, F32), 0.0)):
         got = _bf16.round_up(torch, arr, with_max=True)[1]
         assert (np.isnan(got) and np.isnan(want)) or got == want
+    # the max runs in 16 lanes plus a scalar tail: the largest (or a NaN) in either part
+    for n in (1, 15, 16, 17, 31, 33, 100):
+        base = x[:n].copy()
+        base[~np.isfinite(base)] = 1.0
+        for at in {0, n // 2, n - 1}:
+            for big in (np.float32(3.0e38), np.float32(np.nan)):
+                arr = base.copy()
+                arr[at] = big
+                got = _bf16.round_up(torch, arr, with_max=True)[1]
+                want = float(_bf16.round_up(torch, arr).float().numpy().max())
+                assert (np.isnan(got) and np.isnan(big)) or got == want
 
 
 @pytest.mark.parametrize("channels,taps", [(512, 3), (4096, 3), (32768, 1)])
@@ -254,6 +265,13 @@ def test_bfloat16_radius_paths_are_sound_on_adversarial_data(data, seed):
             v32 = f(*[np.asarray(a.value) for a in args])
             fin = np.isfinite(v32)          # (an overflowing run is NaN: never "contained")
             assert out.contains(v32)[fin].all()
+        # a point activation (a linear layer's split-K centre around the bfloat16 radius)
+        out = fpx.interval(lambda h: nn.linear(h, w.T, b, bias_in_sum=True))(x)
+        X64 = x.astype(F64)
+        e, err = X64 @ W64 + B64, (np.abs(X64) @ np.abs(W64) + np.abs(B64)) * (K + 2) * 2.0 ** -52
+        assert ((out.lo <= e + err) & (e - err <= out.hi)).all(), (data, seed)
+        v32 = nn.linear(x, w.T, b, bias_in_sum=True)
+        assert out.contains(v32)[np.isfinite(v32)].all()
         out = fpx.interval(lambda h: h @ w)(xi)
         p = x[:, :, None] * w[None, :, :]
         for order in (slice(None), slice(None, None, -1)):

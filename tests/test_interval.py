@@ -1882,6 +1882,14 @@ def test_fused_bound_kernels_match_their_formulas():
     c = np.array([1.0, np.inf, np.nan, -2.0], np.float32)
     lo, hi, n_bad = KI.center_bounds(c, np.array([0.5, 0.5, 0.5, np.nan]), 2.0, 0.0, np.inf)
     assert n_bad == 3 and lo[0] <= 0.0 and hi[0] >= 2.0
+    # ... and infinite radii (a bfloat16 radius past its range): the rules step aside
+    Rinf = np.array([0.5, np.inf, 0.5], np.float32)
+    assert KI.center_bounds(np.ones(3, np.float32), Rinf, 1.0, 0.0, np.inf)[2] == 1
+    assert KI.center_bounds(np.ones(3, np.float32), np.ones(3, np.float32), 1.0,
+                            np.array([0.0, 0.0, np.inf]), np.inf)[2] == 1
+    parts = np.ones(3, np.float32)
+    assert KI.split_center_bounds(parts, parts, 0.0, Rinf, 1.0, 0.0, np.inf, 0.0, 0.0,
+                                  2.0)[2] == 1
     # 0-d operands give scalars, as a ufunc would
     assert np.ndim(KI.down(np.float64(1.0), R, A, np.inf)) == 0
 
@@ -2345,6 +2353,45 @@ def test_linear_rule_is_sound_and_as_tight_as_the_decomposition(point, bias, in_
     if b is not None and not in_sum:
         rev = (rev + b).astype(np.float32)
     assert out.contains(rev).all()
+
+
+@pytest.mark.parametrize("op", ["linear", "conv"])
+@pytest.mark.parametrize("special", ["x-nan", "x-inf", "w-nan", "w-inf", "w-huge"])
+@pytest.mark.parametrize("point", [True, False])
+def test_weighted_rules_step_aside_for_non_finite_or_overflowing_operands(op, special, point):
+    """The conv/linear rules screen NaN, inf and overflow through the maxima their radius op
+    returns (no separate finiteness passes): such operands take the decomposition, whose
+    bounds they match bit for bit; sizes large enough for the bfloat16 radius where it runs."""
+    import sys
+    import fpx.nn as fnn
+    iv_mod = sys.modules["fpx.interval"]
+    rng = np.random.default_rng(16)
+    if op == "linear":
+        x = rng.standard_normal((64, 256)).astype(np.float32)
+        w = (rng.standard_normal((160, 256)) * 0.05).astype(np.float32)
+
+        def f(h):
+            return fnn.linear(h, w)
+    else:
+        x = rng.standard_normal((2, 16, 12, 12)).astype(np.float32)
+        w = (rng.standard_normal((16, 16, 3, 3)) * 0.05).astype(np.float32)
+
+        def f(h):
+            return fnn.conv(h, w, padding=1)
+    target = x if special.startswith("x") else w
+    target.reshape(-1)[5] = {"nan": np.nan, "inf": np.inf, "huge": 3e38}[special[2:]]
+    xin = x if point else fpx.Interval.around(x, rel=1e-3)
+    real = iv_mod._weighted_value_centred
+    with np.errstate(all="ignore"):
+        out = fpx.interval(f)(xin)
+        try:
+            iv_mod._weighted_value_centred = lambda *a: None
+            ref = fpx.interval(f)(xin)
+        finally:
+            iv_mod._weighted_value_centred = real
+    for a, b in ((out.lo, ref.lo), (out.hi, ref.hi), (out.value, ref.value)):
+        assert np.array_equal(a, b, equal_nan=True)
+    assert not np.isfinite(out.value).all()     # the special operand reached the output
 
 
 def test_where_with_a_decided_uniform_mask_passes_that_side_through():
