@@ -250,22 +250,31 @@ def _add_rounded(al, ah, bl, bh, r, a, top):
     return _lower(al + bl, r, a, top), _upper(ah + bh, r, a, top)
 
 
+@numba.njit(inline="always")
+def _at_least(y, c):
+    """np.maximum(y, c) for float64 y and a non-NaN c: y where y >= c or y is NaN (a -0.0
+    against 0.0 stays -0.0, as NumPy's maximum keeps its first operand on ties)."""
+    return y if (y >= c) | (y != y) else c
+
+
 @numba.njit(cache=True, error_model="numpy")
-def _add_loop(alo, ahi, blo, bhi, rel, absl, top, lo, hi):
+def _add_loop(alo, ahi, blo, bhi, rel, absl, top, floor, lo, hi):
     for i in range(lo.shape[0]):
         for j in range(lo.shape[1]):
-            lo[i, j], hi[i, j] = _add_rounded(
+            l, h = _add_rounded(
                 np.float64(_at(alo, i, j)), np.float64(_at(ahi, i, j)),
                 np.float64(_at(blo, i, j)), np.float64(_at(bhi, i, j)),
                 _at(rel, i, j), _at(absl, i, j), top)
+            lo[i, j], hi[i, j] = _at_least(l, floor), _at_least(h, floor)
 
 
-def add_bounds(alo, ahi, blo, bhi, rel, absl, top):
+def add_bounds(alo, ahi, blo, bhi, rel, absl, top, floor=-math.inf):
     """``down(alo + blo, ...)``, ``up(ahi + bhi, ...)`` in one pass (``rel`` must cover the
-    float64 addition's rounding too)."""
+    float64 addition's rounding too); ``floor``: then ``np.maximum(·, floor)`` of both (a
+    ReLU after the add: the max rule's bounds, without the intermediate arrays)."""
     (alo, ahi, blo, bhi, rel, absl), (lo, hi), shape, (rlo, rhi) = _flat(
         (alo, ahi, blo, bhi, rel, absl), (np.float64, np.float64))
-    _add_loop(alo, ahi, blo, bhi, rel, absl, float(top), lo, hi)
+    _add_loop(alo, ahi, blo, bhi, rel, absl, float(top), float(floor), lo, hi)
     return _result(rlo, shape), _result(rhi, shape)
 
 
@@ -297,7 +306,8 @@ def mul_bounds(alo, ahi, blo, bhi, rel, absl, top):
 
 
 @numba.njit(cache=True, error_model="numpy")
-def _affine_loop(xlo, xhi, slo, shi, tlo, thi, r1, a1, r2, a2, top, v, s, t, lo, hi, vo):
+def _affine_loop(xlo, xhi, slo, shi, tlo, thi, r1, a1, r2, a2, top, floor, v, s, t, lo, hi,
+                 vo):
     # ``vo`` None: bounds only (numba prunes the branch at compile time: one specialization
     # each). The product and sum come from the mul and add loops' inline helpers (the same
     # code, the same speed: 0.99 ms per ResNet batch norm); an earlier helper that also
@@ -307,30 +317,47 @@ def _affine_loop(xlo, xhi, slo, shi, tlo, thi, r1, a1, r2, a2, top, v, s, t, lo,
             l, h = _mul_rounded(np.float64(_at(xlo, i, j)), np.float64(_at(xhi, i, j)),
                                 np.float64(_at(slo, i, j)), np.float64(_at(shi, i, j)),
                                 _at(r1, i, j), _at(a1, i, j), top)
-            lo[i, j], hi[i, j] = _add_rounded(l, h, np.float64(_at(tlo, i, j)),
-                                              np.float64(_at(thi, i, j)), _at(r2, i, j),
-                                              _at(a2, i, j), top)
+            l, h = _add_rounded(l, h, np.float64(_at(tlo, i, j)), np.float64(_at(thi, i, j)),
+                                _at(r2, i, j), _at(a2, i, j), top)
+            lo[i, j], hi[i, j] = _at_least(l, floor), _at_least(h, floor)
             if vo is not None:
                 vo[i, j] = _at(v, i, j) * _at(s, i, j) + _at(t, i, j)   # in v's own format
 
 
-def affine_bounds(xlo, xhi, slo, shi, tlo, thi, r1, a1, r2, a2, top, values=None):
+def affine_bounds(xlo, xhi, slo, shi, tlo, thi, r1, a1, r2, a2, top, values=None,
+                  floor=-math.inf):
     """``mul_bounds`` of [xlo, xhi] by [slo, shi] (widened by r1/a1), then ``add_bounds`` of
     [tlo, thi] (r2/a2), in one pass -- the same float64 operations in the same order, so the
     same bounds bit for bit, without the intermediate arrays (a batch norm's x·alpha + beta,
     alpha and beta per channel). ``values`` (v, s, t), arrays of one float dtype: also the
     program's own ``v·s + t`` in that dtype, two roundings as NumPy's two ufuncs (no FMA:
-    numba contracts nothing without fastmath), in the same pass; returns (lo, hi, value)."""
+    numba contracts nothing without fastmath), in the same pass; returns (lo, hi, value).
+    ``floor``: the bounds then ``np.maximum(·, floor)`` (a ReLU after the batch norm)."""
     ops = (xlo, xhi, slo, shi, tlo, thi, r1, a1, r2, a2)
     if values is None:
         ops, (lo, hi), shape, (rlo, rhi) = _flat(ops, (np.float64, np.float64))
-        _affine_loop(*ops, float(top), None, None, None, lo, hi, None)
+        _affine_loop(*ops, float(top), float(floor), None, None, None, lo, hi, None)
         return _result(rlo, shape), _result(rhi, shape)
     dt = values[0].dtype
     ops, (lo, hi, vo), shape, (rlo, rhi, rvo) = _flat(ops + tuple(values),
                                                       (np.float64, np.float64, dt))
-    _affine_loop(*ops[:10], float(top), *ops[10:], lo, hi, vo)
+    _affine_loop(*ops[:10], float(top), float(floor), *ops[10:], lo, hi, vo)
     return _result(rlo, shape), _result(rhi, shape), _result(rvo, shape)
+
+
+@numba.njit(cache=True, error_model="numpy")
+def _affine_value_loop(v, s, t, vo):
+    for i in range(vo.shape[0]):
+        for j in range(vo.shape[1]):
+            vo[i, j] = _at(v, i, j) * _at(s, i, j) + _at(t, i, j)     # as _affine_loop's
+
+
+def affine_values(v, s, t):
+    """The program's ``v·s + t`` alone, as ``affine_bounds`` computes it with ``values``
+    (arrays of one float dtype; two roundings, no FMA)."""
+    (v, s, t), (vo,), shape, (rvo,) = _flat((v, s, t), (v.dtype,))
+    _affine_value_loop(v, s, t, vo)
+    return _result(rvo, shape)
 
 
 @numba.njit(cache=True, error_model="numpy")
@@ -344,7 +371,19 @@ def _scale_up_loop(x, f, a, out):
             out[i, j] = 0.0 if (v == 0.0) & (aa == 0.0) else y   # 0·f + 0 is exact
 
 
+_SCALARS = (float, int, np.floating, np.integer)
+
+
 def scale_up(x, f, a):
+    if isinstance(x, _SCALARS) and isinstance(f, _SCALARS) and isinstance(a, _SCALARS):
+        # the loop's arithmetic on Python floats (IEEE float64, round to nearest): the rules'
+        # scalar constants took ~35 us each through the array path
+        v, f, aa = float(x), float(f), float(a)
+        if v == 0.0 and aa == 0.0:
+            return np.float64(0.0)
+        m = 2.0 ** -968 if 0.0 < v < 2.0 ** -968 else v
+        y = m * f + aa
+        return np.float64(y + (min(max(abs(y), 2.0 ** -968), _MAX) * (4 * _E) + _TINY))
     (x, f, a), (o,), shape, (res,) = _flat((x, f, a), (np.float64,))
     _scale_up_loop(x, f, a, o)
     return _result(res, shape)

@@ -1892,6 +1892,13 @@ def test_fused_bound_kernels_match_their_formulas():
                                   2.0)[2] == 1
     # 0-d operands give scalars, as a ufunc would
     assert np.ndim(KI.down(np.float64(1.0), R, A, np.inf)) == 0
+    # scale_up's Python-scalar path: the loop's result bit for bit
+    xs = np.concatenate([10.0 ** np.random.default_rng(7).uniform(-320, 308, 500),
+                         [0.0, -0.0, 5e-324, 2.0 ** -968, 2.0 ** -969, 1.7e308, np.inf, np.nan]])
+    for f in (1.0, 1 + 2.0 ** -50, 3.0, 1e10):
+        for a in (0.0, 5e-324, 1e-300, 1.0):
+            got = np.array([KI.scale_up(float(x), f, a) for x in xs])
+            assert np.array_equal(got, KI.scale_up(xs, f, a), equal_nan=True)
 
 
 def test_mm_left_is_an_upper_float32_bound_without_subnormals():
@@ -2671,6 +2678,59 @@ def test_kernels_on_permuted_and_per_channel_layouts_match_contiguous_copies():
         got = kern(x, x + 1e-3, sc, sh + 1.0, 1e-7, 1e-45, np.inf)
         ref = kern(x, x + 1e-3, full_sc, full_sh + 1.0, 1e-7, 1e-45, np.inf)
         assert all(np.array_equal(a, b) for a, b in zip(got, ref))
+
+
+@pytest.mark.parametrize("dt", [np.float32, np.float64, np.float16], ids=["f32", "f64", "f16"])
+def test_relu_after_add_or_batch_norm_shares_their_pass(dt):
+    """A ReLU (or any max with a constant) after an add or a batch norm takes its bounds from
+    the producer's pass (pending bounds): bit for bit the bounds of the separate max rule --
+    with NaN, inf, -0.0 and straddling inputs, the constant on either side, the pre-activation
+    also returned (its own bounds computed when read), a constant of another dtype -- and the
+    value is NumPy's."""
+    import sys
+    import fpx.nn as fnn
+    iv_mod = sys.modules["fpx.interval"]
+    rng = np.random.default_rng(41)
+    x = (rng.standard_normal((2, 5, 3, 4)) * 2).astype(dt)
+    x.flat[:4] = [np.nan, np.inf, -np.inf, -0.0]
+    b = rng.standard_normal((3, 4)).astype(dt)
+    m, w, bb = (rng.standard_normal(5).astype(dt) for _ in range(3))
+    v = (np.abs(rng.standard_normal(5)) + 0.2).astype(dt)
+    xi = fpx.Interval.around(x, rel=1e-2) if dt != np.float16 else x
+    progs = [lambda h: fnn.relu(h + b),
+             lambda h: fnp.maximum(np.float32(0.25), h - b),
+             lambda h: (fnp.maximum(h + b, 0), h + b),
+             lambda h: fnn.relu(fnn.batch_norm(h, m, v, w, bb)),
+             lambda h: (fnn.relu(fnn.batch_norm(h, m, v, w, bb)), fnn.batch_norm(h, m, v, w, bb)),
+             lambda h: fnp.maximum(fnn.batch_norm(h + b, m, v, w, bb), -1.5)]
+    real = iv_mod.IntervalInterpreter.new_pending
+    eager = lambda self, val, pending, un=None: self.new(val, *pending(-np.inf), un)
+    with np.errstate(all="ignore"):
+        for f in progs:
+            outs = fpx.interval(f)(xi)
+            try:
+                iv_mod.IntervalInterpreter.new_pending = eager
+                refs = fpx.interval(f)(xi)
+            finally:
+                iv_mod.IntervalInterpreter.new_pending = real
+            outs, refs = (o if isinstance(o, tuple) else (o,) for o in (outs, refs))
+            want = f(x)
+            want = want if isinstance(want, tuple) else (want,)
+            for o, r, y in zip(outs, refs, want):
+                assert np.array_equal(np.asarray(o.value).view(np.uint8),
+                                      np.asarray(y).view(np.uint8))
+                assert np.array_equal(o.lo, r.lo, equal_nan=True)
+                assert np.array_equal(o.hi, r.hi, equal_nan=True)
+                assert np.array_equal(np.signbit(o.lo), np.signbit(r.lo))
+    # the fused pass ran (not only the max rule on forced bounds)
+    calls = []
+    real_aff = iv_mod._K.affine_bounds
+    try:
+        iv_mod._K.affine_bounds = lambda *a, **k: calls.append(k.get("floor")) or real_aff(*a, **k)
+        fpx.interval(progs[3])(xi)
+    finally:
+        iv_mod._K.affine_bounds = real_aff
+    assert calls == [0.0] or dt == np.float16     # (float16: the decomposition's rules)
 
 
 def test_batch_norm_coefficients_are_reused_by_content_only():
