@@ -1967,7 +1967,8 @@ def _weighted_value_centred(self, prim, x, w, b, params):
                 exact, f, cb = True, 1.0, 0.0
                 bias_r = (_f32_upper(_up(k * np.abs(bc.astype(np.float64)), 2))
                           if in_sum else None)
-        rad, (lmax, wmax) = _weighted_radius(self, prim, L, wc, bias_r, params, K, f)
+        rad, (lmax, wmax) = _weighted_radius(self, prim, L, wc, bias_r, params, K, f,
+                                             bf16=not exact)
         if m is None:
             m = lmax                        # max |x| (NaN or inf where x has one)
         if in_sum:
@@ -2053,20 +2054,23 @@ def _conv_split_bounds(x, w, b, params, rad, add, split, top):
     return None if n_bad else (lo, hi)
 
 
-def _weighted_radius(self, prim, L, w, bias_r, params, K, scale):
+def _weighted_radius(self, prim, L, w, bias_r, params, K, scale, bf16=True):
     """((R, f, a), (lmax, wmax)) with scale·op(|L|, |w|, |b|) <= R·f + a for float32 L, w
     (signs dropped) and a nonnegative bias, and upper bounds of max |L|, max |w| (NaN where one
     has a NaN): a conv on oneDNN in bfloat16 where it runs (``conv_upper_bf16``: magnitudes
-    rounded up), a linear layer's GEMM in bfloat16 on AMX (``_bf16_gemm_upper``; its bias then
-    joins ``a`` as a float64 row), both taking the maxima in their rounding pass; else the op
-    in float32 by the parent on |L|, |w|: R·(1 - γ_{K+1}(u32))^-1 + K·2^-150 bounds it."""
+    rounded up), a linear layer's GEMM in bfloat16 on AMX for value-centred radii (``bf16``;
+    ``_bf16_gemm_upper``; its bias then joins ``a`` as a float64 row), both taking the maxima
+    in their rounding pass; else the op in float32 by the parent on |L|, |w|:
+    R·(1 - γ_{K+1}(u32))^-1 + K·2^-150 bounds it. (A point or exact-centre linear layer keeps
+    the float32 radius, as the matmul rule does: its bound stays no wider than RENDER's
+    elementwise, which the bfloat16 operands' rounding up, ~1%, would break.)"""
     if prim.name == "conv":
         up = _kconv.conv_upper_bf16(L, w, bias_r, params["stride"], params["padding"],
                                     params["dilation"], params["groups"], maxes=True)
         if up is not None:
             R, f, a, lmax, wmax = up
             return (R, _up(scale * f, 1), _up(scale * a, 1)), (lmax, wmax)
-    else:
+    elif bf16:
         up = _bf16_gemm_upper(L, w.T, maxes=True)   # linear: |L| @ |w|ᵀ (+ |b| exactly, below)
         if up is not None:
             R, f, a, lmax, wmax = up

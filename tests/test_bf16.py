@@ -265,7 +265,7 @@ def test_bfloat16_radius_paths_are_sound_on_adversarial_data(data, seed):
             v32 = f(*[np.asarray(a.value) for a in args])
             fin = np.isfinite(v32)          # (an overflowing run is NaN: never "contained")
             assert out.contains(v32)[fin].all()
-        # a point activation (a linear layer's split-K centre around the bfloat16 radius)
+        # a point activation (a linear layer's split-K centre, its radius GEMM in float32)
         out = fpx.interval(lambda h: nn.linear(h, w.T, b, bias_in_sum=True))(x)
         X64 = x.astype(F64)
         e, err = X64 @ W64 + B64, (np.abs(X64) @ np.abs(W64) + np.abs(B64)) * (K + 2) * 2.0 ** -52

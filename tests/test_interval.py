@@ -2362,6 +2362,22 @@ def test_linear_rule_is_sound_and_as_tight_as_the_decomposition(point, bias, in_
     assert out.contains(rev).all()
 
 
+def test_point_linear_layer_is_no_wider_than_render():
+    """A point linear layer large enough for the bfloat16 radius GEMMs (where AMX runs them)
+    keeps the float32 radius of the matmul rule's point bound: no wider than RENDER's
+    Algorithm 1 elementwise (up to the float32 GEMM's own factor), as wide as x @ wᵀ's."""
+    import fpx.nn as fnn
+    rng = np.random.default_rng(17)
+    x = rng.standard_normal((256, 512)).astype(np.float32)
+    w = (rng.standard_normal((384, 512)) * 0.05).astype(np.float32)
+    lin = fpx.interval(lambda h: fnn.linear(h, w))(x)
+    mm = fpx.interval(lambda h: h @ w.T)(x)
+    rend = fpx.interval(lambda h: h @ w.T, matmul="render")(x)
+    assert np.all(lin.width <= rend.width * (1 + 513 * 2.0 ** -23))
+    assert np.all(lin.width <= mm.width * (1 + 1e-9))
+    assert lin.contains(x @ w.T).all()
+
+
 @pytest.mark.parametrize("op", ["linear", "conv"])
 @pytest.mark.parametrize("special", ["x-nan", "x-inf", "w-nan", "w-inf", "w-huge"])
 @pytest.mark.parametrize("point", [True, False])
