@@ -2042,10 +2042,20 @@ def _conv_split_bounds(x, w, b, params, rad, add, split, top):
     (the four blocks and the separate float64 sum took ~2 ms more in a ResNet block conv);
     where terms do not cancel at most (1 + 2K_j/K)x the float64 centre's bound. None where
     it does not apply or a centre is not finite (the caller takes the float64 centre)."""
-    parts = _kconv.conv_blocks_f32(x, w, params.get("stride"), params.get("padding"),
-                                   params.get("dilation"), params.get("groups"), 2)
+    conv_args = (params.get("stride"), params.get("padding"), params.get("dilation"),
+                 params.get("groups"), 2)
+    R = rad[0]
+    # one grouped convolution gives both blocks, stacked, where nothing else is per channel
+    stacked = (b is None and isinstance(R, np.ndarray) and R.flags.c_contiguous
+               and np.isscalar(add) and np.isscalar(rad[1]))
+    parts = _kconv.conv_blocks_f32(x, w, *conv_args, stacked=stacked)
     if parts is None:
         return None
+    if not isinstance(parts[0], list):
+        n = R.shape[0]
+        lo, hi, n_bad = _K.split_center_bounds_stacked(parts[0], R.reshape(n, -1), rad[1], add,
+                                                       top, split[2], split[1])
+        return None if n_bad else (lo.reshape(R.shape), hi.reshape(R.shape))
     (c1, c2), _ = parts
     c3 = 0.0 if b is None else \
         np.asarray(b, np.float64).reshape((-1,) + (1,) * (np.ndim(c1) - 2))

@@ -566,12 +566,25 @@ def center_bounds(c, R, f, a, top, b=0.0):
     return _result(rlo, shape), _result(rhi, shape), n_bad
 
 
+def _pair(c1, c2, i, j):
+    """(c1[i, j], c2[i, j]) in compiled code; with c2 None, c1 holds both parts stacked:
+    (c1[i, 0, j], c1[i, 1, j]) of a C-contiguous (rows, 2, cols) array."""
+
+
+@overload(_pair, inline="always")
+def _pair_impl(c1, c2, i, j):
+    if isinstance(c2, types.NoneType):
+        return lambda c1, c2, i, j: (c1[i, 0, j], c1[i, 1, j])
+    return lambda c1, c2, i, j: (_at(c1, i, j), _at(c2, i, j))
+
+
 @numba.njit(inline="always")
 def _split_elem(c1, c2, c3, R, f, a, cb, sb, i, j):
     """One element of ``split_center_bounds``: (centre, radius, the radius's T part R·f + a's
     own R) -- the same code in the vectorized pass and the rescan of a row with wide elements."""
-    x1 = np.float64(_at(c1, i, j))
-    x2 = np.float64(_at(c2, i, j))
+    p1, p2 = _pair(c1, c2, i, j)
+    x1 = np.float64(p1)
+    x2 = np.float64(p2)
     x3 = np.float64(_at(c3, i, j))
     cc = (x1 + x2) + x3
     rr = np.float64(_at(R, i, j))
@@ -622,6 +635,22 @@ def split_center_bounds(c1, c2, c3, R, f, a, top, b, sb, f_cap, max_wide=0):
                                        float(f_cap), float(top), lo, hi, wide)
     ok = n_wide <= max_wide and rlo.flags.c_contiguous and rhi.flags.c_contiguous
     return _result(rlo, shape), _result(rhi, shape), n_bad, wide[:n_wide] if ok else None
+
+
+def split_center_bounds_stacked(parts, R, f, a, top, b, sb):
+    """``split_center_bounds`` (no third part, no wide elements) of c1 + c2 given as
+    ``parts[:, 0]`` and ``parts[:, 1]`` of one C-contiguous (rows, 2, cols) array -- the
+    output channels of one grouped convolution whose two groups are a convolution's two
+    input-channel blocks -- with R a C-contiguous (rows, cols) array and f, a scalars:
+    (lo, hi, n_bad) as (rows, cols) arrays. (Strided views of the parts made the loop scalar,
+    4x slower, and copying them cost what the grouped convolution saves.)"""
+    rows, _, cols = parts.shape
+    lo, hi = np.empty((rows, cols)), np.empty((rows, cols))
+    cb = (float(b) + 8 * _E) * (1.0 + 4 * _E)
+    n_bad, _ = _split_center_loop(parts, None, 0.0, R, float(f), float(a), cb,
+                                  float(sb) * (1.0 + 4 * _E), math.inf, float(top), lo, hi,
+                                  np.empty(0, np.int64))
+    return lo, hi, n_bad
 
 
 @numba.njit(cache=True, error_model="numpy", fastmath={"reassoc", "contract"})
