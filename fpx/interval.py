@@ -2302,13 +2302,13 @@ def _softmax(self, prim, x, *, axis=-1):
     # point inputs gain nothing over the decomposition, and float64 programs need more
     # precision than the float64 evaluation of this bound has: decomposition there
     if F is not None and F.p < 53 and not pt and not _is_cupy(lo) and np.ndim(lo) > 0 and \
-            np.any(lo != hi):
+            _K.any_differ(lo, hi):
         accs = [self.accuracy(n, F) for n in ("sub", "exp", "div")]
         Facc = self.policy.resolve("reduce_sum", dt).accumulate
         if any(a.input_dependent for a in accs) or \
                 self.accuracy("reduce_sum", Facc).input_dependent:
             accs = None
-    if accs is None or not (np.all(np.isfinite(lo)) and np.all(np.isfinite(hi))):
+    if accs is None or not (_all_finite(lo) and _all_finite(hi)):
         return prim.decomposition(x, axis=axis)
     v = self.value_of(prim, (x,), {"axis": axis})
     ax = axis % np.ndim(lo)
@@ -2413,7 +2413,9 @@ def _broadcasts_to(shape, target):
 
 
 def _all_finite(x):
-    """No inf or NaN in x (a sum is: inf - inf and NaN propagate; one pass, no bool array)."""
+    """No inf or NaN in x (a sum is: inf - inf and NaN propagate; one pass, no bool array).
+    A sum that overflows says False too: callers take their general path (for float64
+    bounds only past ~1e308 / n, where no fast rule is tight anyway)."""
     with np.errstate(all="ignore"):
         return bool(np.isfinite(np.sum(x)))
 
@@ -2494,8 +2496,7 @@ def _layer_norm_rows(self, prim, x, weight, bias, axes, eps):
               acc_sum.ulps * Facc.smallest_subnormal + acc_sum.absolute)
     eps_f = float(np.asarray(eps, dt).astype(np.float64))
     with np.errstate(all="ignore"):
-        if not (np.all(np.isfinite(lo)) and np.all(np.isfinite(hi)) and
-                bool(np.all(np.isfinite(vx))) and
+        if not (_all_finite(lo) and _all_finite(hi) and bool(np.all(np.isfinite(vx))) and
                 all(np.ndim(p) == 0 or bool(np.all(np.isfinite(p))) for p in params)):
             return None
         v = self.value_of(prim, (x, weight, bias), {"axes": axes, "eps": eps})

@@ -637,6 +637,24 @@ def split_center_bounds(c1, c2, c3, R, f, a, top, b, sb, f_cap, max_wide=0):
     return _result(rlo, shape), _result(rhi, shape), n_bad, wide[:n_wide] if ok else None
 
 
+@numba.njit(cache=True)
+def _any_differ_loop(a, b):
+    for i in range(a.size):
+        if a[i] != b[i]:
+            return True
+    return False
+
+
+def any_differ(a, b):
+    """``np.any(a != b)`` of two same-shape arrays, stopping at the first difference (an
+    interval's bounds usually differ at once; the full comparison was a pass of its own)."""
+    a, b = np.asarray(a), np.asarray(b)
+    if (a.shape == b.shape and a.dtype == b.dtype and a.flags.c_contiguous
+            and b.flags.c_contiguous):
+        return bool(_any_differ_loop(a.reshape(-1), b.reshape(-1)))
+    return bool(np.any(a != b))
+
+
 def split_center_bounds_stacked(parts, R, f, a, top, b, sb):
     """``split_center_bounds`` (no third part, no wide elements) of c1 + c2 given as
     ``parts[:, 0]`` and ``parts[:, 1]`` of one C-contiguous (rows, 2, cols) array -- the

@@ -1892,6 +1892,11 @@ def test_fused_bound_kernels_match_their_formulas():
                                   2.0)[2] == 1
     # 0-d operands give scalars, as a ufunc would
     assert np.ndim(KI.down(np.float64(1.0), R, A, np.inf)) == 0
+    # any_differ: np.any(a != b) with an early exit (NaN differs from itself, as there)
+    for a, b in ((np.zeros((3, 4)), np.zeros((3, 4))), (np.zeros(5), np.array([0, 0, 0, 0, 1.])),
+                 (np.array([np.nan]), np.array([np.nan])), (np.zeros((4, 3)).T, np.ones((3, 4))),
+                 (np.zeros(0), np.zeros(0))):
+        assert KI.any_differ(a, b) == bool(np.any(a != b))
     # scale_up's Python-scalar path: the loop's result bit for bit
     xs = np.concatenate([10.0 ** np.random.default_rng(7).uniform(-320, 308, 500),
                          [0.0, -0.0, 5e-324, 2.0 ** -968, 2.0 ** -969, 1.7e308, np.inf, np.nan]])
