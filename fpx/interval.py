@@ -616,8 +616,9 @@ def _batch_norm(self, prim, x, mean, var, weight=None, bias=None, *, axis, eps):
     px = concrete(x.primal)
     alpha, beta = _bn_coefficients(self, stats, eps, np.asarray(px).dtype, np.ndim(px), axis)
     va, vb = self.primal_of(alpha), self.primal_of(beta)
-    # the value in the bound's own pass where the parent is NumPy's evaluation of same-dtype
-    # float32/float64 arrays (the same two IEEE roundings as its ufuncs); else by the parent
+    # the value by a compiled pass where the parent is NumPy's evaluation of same-dtype
+    # float32/float64 arrays (the same two IEEE roundings as its ufuncs), the bounds pending
+    # (a ReLU may share their pass); else the value by the parent, the bounds at once
     fused = (type(self.parent) is EvalInterpreter and isinstance(px, np.ndarray)
              and px.dtype in (np.float32, np.float64)
              and all(isinstance(z, np.ndarray) and z.dtype == px.dtype for z in (va, vb)))
@@ -639,7 +640,7 @@ def _batch_norm(self, prim, x, mean, var, weight=None, bias=None, *, axis, eps):
                                   for a in accs)
     un = _or_unstable(x.unstable, su, tu)
     xlo, xhi = x.lo, x.hi
-    if fused:   # the value now, the bounds pending (a ReLU may share their pass)
+    if fused:
         v = _K.affine_values(px, va, vb)
         return self.new_pending(v, lambda c: _K.affine_bounds(
             xlo, xhi, slo, shi, tlo, thi, r1, a1, r2, a2, top, floor=c), un)

@@ -306,12 +306,9 @@ def mul_bounds(alo, ahi, blo, bhi, rel, absl, top):
 
 
 @numba.njit(cache=True, error_model="numpy")
-def _affine_loop(xlo, xhi, slo, shi, tlo, thi, r1, a1, r2, a2, top, floor, v, s, t, lo, hi,
-                 vo):
-    # ``vo`` None: bounds only (numba prunes the branch at compile time: one specialization
-    # each). The product and sum come from the mul and add loops' inline helpers (the same
-    # code, the same speed: 0.99 ms per ResNet batch norm); an earlier helper that also
-    # carried the value store had made the loop 3.5x slower.
+def _affine_loop(xlo, xhi, slo, shi, tlo, thi, r1, a1, r2, a2, top, floor, lo, hi):
+    # the product and sum from the mul and add loops' inline helpers (the same code, the same
+    # speed: 0.99 ms per ResNet batch norm)
     for i in range(lo.shape[0]):
         for j in range(lo.shape[1]):
             l, h = _mul_rounded(np.float64(_at(xlo, i, j)), np.float64(_at(xhi, i, j)),
@@ -320,41 +317,31 @@ def _affine_loop(xlo, xhi, slo, shi, tlo, thi, r1, a1, r2, a2, top, floor, v, s,
             l, h = _add_rounded(l, h, np.float64(_at(tlo, i, j)), np.float64(_at(thi, i, j)),
                                 _at(r2, i, j), _at(a2, i, j), top)
             lo[i, j], hi[i, j] = _at_least(l, floor), _at_least(h, floor)
-            if vo is not None:
-                vo[i, j] = _at(v, i, j) * _at(s, i, j) + _at(t, i, j)   # in v's own format
 
 
-def affine_bounds(xlo, xhi, slo, shi, tlo, thi, r1, a1, r2, a2, top, values=None,
-                  floor=-math.inf):
+def affine_bounds(xlo, xhi, slo, shi, tlo, thi, r1, a1, r2, a2, top, floor=-math.inf):
     """``mul_bounds`` of [xlo, xhi] by [slo, shi] (widened by r1/a1), then ``add_bounds`` of
     [tlo, thi] (r2/a2), in one pass -- the same float64 operations in the same order, so the
     same bounds bit for bit, without the intermediate arrays (a batch norm's x·alpha + beta,
-    alpha and beta per channel). ``values`` (v, s, t), arrays of one float dtype: also the
-    program's own ``v·s + t`` in that dtype, two roundings as NumPy's two ufuncs (no FMA:
-    numba contracts nothing without fastmath), in the same pass; returns (lo, hi, value).
-    ``floor``: the bounds then ``np.maximum(·, floor)`` (a ReLU after the batch norm)."""
-    ops = (xlo, xhi, slo, shi, tlo, thi, r1, a1, r2, a2)
-    if values is None:
-        ops, (lo, hi), shape, (rlo, rhi) = _flat(ops, (np.float64, np.float64))
-        _affine_loop(*ops, float(top), float(floor), None, None, None, lo, hi, None)
-        return _result(rlo, shape), _result(rhi, shape)
-    dt = values[0].dtype
-    ops, (lo, hi, vo), shape, (rlo, rhi, rvo) = _flat(ops + tuple(values),
-                                                      (np.float64, np.float64, dt))
-    _affine_loop(*ops[:10], float(top), float(floor), *ops[10:], lo, hi, vo)
-    return _result(rlo, shape), _result(rhi, shape), _result(rvo, shape)
+    alpha and beta per channel). ``floor``: the bounds then ``np.maximum(·, floor)`` (a ReLU
+    after the batch norm)."""
+    ops, (lo, hi), shape, (rlo, rhi) = _flat((xlo, xhi, slo, shi, tlo, thi, r1, a1, r2, a2),
+                                             (np.float64, np.float64))
+    _affine_loop(*ops, float(top), float(floor), lo, hi)
+    return _result(rlo, shape), _result(rhi, shape)
 
 
 @numba.njit(cache=True, error_model="numpy")
 def _affine_value_loop(v, s, t, vo):
     for i in range(vo.shape[0]):
         for j in range(vo.shape[1]):
-            vo[i, j] = _at(v, i, j) * _at(s, i, j) + _at(t, i, j)     # as _affine_loop's
+            vo[i, j] = _at(v, i, j) * _at(s, i, j) + _at(t, i, j)     # in v's own format
 
 
 def affine_values(v, s, t):
-    """The program's ``v·s + t`` alone, as ``affine_bounds`` computes it with ``values``
-    (arrays of one float dtype; two roundings, no FMA)."""
+    """The program's own ``v·s + t`` (arrays of one float dtype, a batch norm's last step) in
+    that dtype: two roundings as NumPy's two ufuncs (no FMA: numba contracts nothing without
+    fastmath)."""
     (v, s, t), (vo,), shape, (rvo,) = _flat((v, s, t), (v.dtype,))
     _affine_value_loop(v, s, t, vo)
     return _result(rvo, shape)

@@ -2171,8 +2171,8 @@ def test_batch_norm_rule_is_its_decomposition_in_one_pass(dt):
     assert np.array_equal(out.lo, ref.lo, equal_nan=True)
     assert np.array_equal(out.hi, ref.hi, equal_nan=True)
     assert np.isnan(out.lo[1, 3, 0, 0]) and np.isnan(out.hi[1, 3, 0, 0])
-    # the value computed in the bound's pass (float32/float64) is NumPy's bit for bit, special
-    # values included
+    # the value computed by the rule's compiled pass (float32/float64) is NumPy's bit for
+    # bit, special values included
     xs = x.copy()
     xs.flat[:5] = [np.nan, np.inf, -np.inf, ml_dtypes.finfo(dt).smallest_subnormal, -0.0]
     assert np.array_equal(np.asarray(fpx.interval(f)(xs).value).view(np.uint8),
