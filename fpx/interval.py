@@ -215,8 +215,9 @@ class IntervalTracer(Tracer):
     compiled pass (add, a batch norm's affine step) may leave them *pending*: ``pending(c)``
     computes ``(max(lo, c), max(hi, c))`` -- the bounds themselves for c = -inf, on first
     access of ``lo``/``hi``. A following ``max(x, c)`` with a constant c (ReLU) then takes its
-    bounds from the same pass (``_max_min``) and the intermediate arrays are never written:
-    ~0.8 ms of the ~1 ms a ReLU's own pass over float64 bounds costs at 0.5M elements."""
+    bounds from the same pass (``_max_min``) and the intermediate arrays are never written
+    (a ReLU's own pass took ~0.85 ms at 0.5M elements; a batch norm + ReLU pair now ~0.4 ms
+    less)."""
     __slots__ = ("_lo", "_hi", "unstable", "point", "_pending")
 
     def __init__(self, interp, primal, lo, hi, unstable=None, point=False, pending=None):

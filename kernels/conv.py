@@ -139,8 +139,8 @@ def conv_blocks_f32(x, w, stride, padding, dilation, groups, blocks, stacked=Fal
     float32 sum of K_j products (the caller adds them in float64 and bounds each from its own
     value: the partial-sum form). None where ``conv_f32`` does not apply or a group has fewer
     than ``blocks`` input channels. ``stacked`` (one group, equal blocks): the blocks' outputs
-    from one grouped oneDNN convolution, as one (N, blocks, C_out·spatial) array (~15% faster
-    than a convolution per block with its input channels copied out)."""
+    from one grouped oneDNN convolution, as one (N, blocks, C_out·spatial) array (1.83 against
+    2.10 ms for two convolutions with their input channels copied out, ResNet block conv)."""
     torch = _engine(x, w, None)
     cg = w.shape[1]
     if torch is None or blocks < 2 or cg < blocks:
