@@ -38,7 +38,7 @@ from fpx.kernels import bf16 as _bf16
 from fpx.kernels import conv as _kconv
 from fpx import nn as _nn
 from fpx.kernels import interval as _K
-from fpx.core import (PRIMITIVES, EvalInterpreter, Interpreter, Tracer, concrete,
+from fpx.core import (PRIMITIVES, EvalInterpreter, FpxError, Interpreter, Tracer, concrete,
                       current_interpreter, using)
 from fpx.policy import get_policy
 from fpx.transform import adapt, as_array, check_dtype, is_array_leaf, wraps
@@ -211,13 +211,14 @@ class Event:
 # Tracer and interpreter
 # =============================================================================================
 class IntervalTracer(Tracer):
-    """A traced value with its bounds ``lo``/``hi``. An elementwise rule whose bound is one
-    compiled pass (add, a batch norm's affine step) may leave them *pending*: ``pending(c)``
-    computes ``(max(lo, c), max(hi, c))`` -- the bounds themselves for c = -inf, on first
-    access of ``lo``/``hi``. A following ``max(x, c)`` with a constant c (ReLU) then takes its
-    bounds from the same pass (``_max_min``) and the intermediate arrays are never written
-    (a ReLU's own pass took ~0.85 ms at 0.5M elements; a batch norm + ReLU pair now ~0.4 ms
-    less)."""
+    """A traced value with its bounds ``lo``/``hi``. A rule whose bound is one compiled pass
+    (add, a batch norm's affine step, a value-centred GEMM's centre ± radius) may leave them
+    *pending*: ``pending(c)`` computes ``(max(lo, c), max(hi, c))`` -- the bounds themselves
+    for c = -inf, on first access of ``lo``/``hi``. A following ``max(x, c)`` with a constant c
+    (ReLU) stays pending with the clamp folded in (``_max_min``), so the intermediate arrays
+    are never written (a ReLU's own pass took ~0.85 ms at 0.5M elements; a batch norm + ReLU
+    pair now ~0.4 ms less); a GEMM's (``_CentredBounds``) also passes reshapes and
+    transposes and feeds the next GEMM's left factor directly (``_left_factor``)."""
     __slots__ = ("_lo", "_hi", "unstable", "point", "_pending")
 
     def __init__(self, interp, primal, lo, hi, unstable=None, point=False, pending=None):
@@ -716,9 +717,11 @@ def _max_min(self, prim, a, b):
             v = self.value_of(prim, (a, b), {})
             if np.shape(concrete(v)) == np.shape(concrete(x.primal)):
                 clo = self.bounds(c, np.asarray(concrete(v)).dtype)[0]
-                if not np.isnan(clo):
-                    lo, hi = x._pending(float(clo))
-                    return self.new(v, lo, hi, x.unstable, x.point)
+                if not np.isnan(clo):      # still pending (a centred GEMM's: _left_factor)
+                    p, c = x._pending, float(clo)
+                    pending = (p.floored(c, v) if isinstance(p, _CentredBounds) else
+                               lambda c2: p(max(c, c2)))
+                    return self.new_pending(v, pending, x.unstable)
     v, (alo, ahi), (blo, bhi), un, pt = _binary_prep(self, prim, a, b)
     f = np.maximum if prim.name == "max" else np.minimum
     if self.branches == "concrete":  # RENDER: follow the operand the program chose
@@ -1129,6 +1132,15 @@ def _cast(self, prim, a, *, to):
 def _movement(apply):
     def rule(self, prim, *args, **params):
         v = self.value_of(prim, args, params)
+        x = args[0]
+        if (prim.name in ("reshape", "transpose") and self._own(x)
+                and isinstance(x._pending, _CentredBounds)):     # stays pending, moved
+            nd, shape = np.ndim(concrete(v)), np.shape(concrete(x.primal))
+            keeps = (params["axes"][-1] % nd == nd - 1 if prim.name == "transpose" else
+                     shape[-1:] == np.shape(concrete(v))[-1:])   # (row-major: k mod n)
+            moved = x._pending.moved(lambda z: apply(prim, [z], params), v, keeps)
+            if moved is not None:
+                return self.new_pending(v, moved)
         dt = np.asarray(concrete(v)).dtype
         bs = [self.bounds(x, dt) for x in args]
         lo = apply(prim, [b[0] for b in bs], params)
@@ -1910,7 +1922,7 @@ def _weighted_value_centred(self, prim, x, w, b, params):
         return None
     vx, wc = self.primal_of(x), concrete(w)
     bc = None if b is None else np.asarray(concrete(b))
-    if not (isinstance(vx, np.ndarray) and isinstance(wc, np.ndarray) and isinstance(x.lo, np.ndarray)
+    if not (isinstance(vx, np.ndarray) and isinstance(wc, np.ndarray) and (x._pending is not None or isinstance(x.lo, np.ndarray))
             and vx.dtype == np.float32 and wc.dtype == np.float32
             and (bc is None or (bc.dtype == np.float32 and np.all(np.isfinite(bc))))):
         return None
@@ -1946,7 +1958,7 @@ def _weighted_value_centred(self, prim, x, w, b, params):
                                                        K, sp, absterm)
         else:
             # value-centred: L = 2α·(|v| + r) + r per input element (see _Split)
-            L, st = _K.mm_left(vx, x.lo, x.hi, 2 * sp.alpha, stats=True)
+            L, st = _left_factor(x, vx, 2 * sp.alpha)
             if not all(np.isfinite(st)):
                 return None
             m, split = st[2], None
@@ -2006,17 +2018,74 @@ def _weighted_value_centred(self, prim, x, w, b, params):
             if not exact:
                 center = _centre_of(v)
                 rad = _out_rounding(self, sp.scaled(rad), center, F_out, F_acc)
+            if (not exact and F_out.name == F_acc.name and isinstance(v, np.ndarray) and v.ndim
+                    and m * bmax * K * (1.0 + c) * 2 <= F_acc.max):
+                # pending: nothing here can be ``n_bad`` (a finite value, and a radius GEMM
+                # with room for its rounding); a ReLU and the next GEMM's left factor may
+                # take the bounds from one pass (_CentredBounds)
+                y = self.new_pending(v, _CentredBounds(center, rad, top, cb, -math.inf, v))
+                return y if b is None or in_sum else _bias_after(y, prim, wc, bc)
             lo, hi, n_bad = _K.center_bounds(center, *rad, top, cb)
         if n_bad:
             return None
         if F_out.name != F_acc.name:
             lo, hi = _round_bounds(lo, hi, F_out, self.accuracy("cast", F_out))
     y = self.new(v, lo, hi)
-    if b is None or in_sum:
-        return y
+    return y if b is None or in_sum else _bias_after(y, prim, wc, bc)
+
+
+def _bias_after(y, prim, wc, bc):
+    """y + b for a bias added after the layer's sum (the interpreter's add rule)."""
     if prim.name == "linear":
-        return y + bc                                                   # the add rule
+        return y + bc
     return y + np.reshape(bc, (np.shape(wc)[0],) + (1,) * (np.ndim(wc) - 2))
+
+
+class _CentredBounds:
+    """Pending bounds (IntervalTracer) of a value-centred GEMM or convolution:
+    ``center_bounds(center, *rad, top, b, floor)``. ``floored(c, value)`` is those of
+    ``max(x, c)`` (a ReLU, its ``value``), and ``_left_factor`` gives the next layer's left
+    GEMM factor straight from them (``mm_left_centred``): in a transformer's feed-forward
+    block the bounds between its two GEMMs are then never written (at 8x128x2048 the GEMM's
+    bounds, the ReLU's and the left factor's passes took ~10 ms)."""
+    __slots__ = ("center", "rad", "top", "b", "floor", "value")
+
+    def __init__(self, center, rad, top, b, floor, value):
+        self.center, self.rad, self.top, self.b = center, rad, top, b
+        self.floor, self.value = floor, value
+
+    def __call__(self, c):
+        lo, hi, n_bad = _K.center_bounds(self.center, *self.rad, self.top, self.b,
+                                         max(self.floor, c))
+        if n_bad:      # (the rule left them pending only where none can be)
+            raise FpxError("fpx.interval: internal error: a pending GEMM bound is not finite")
+        return lo, hi
+
+    def floored(self, c, value):
+        return _CentredBounds(self.center, self.rad, self.top, self.b, max(self.floor, c),
+                              value)
+
+    def moved(self, move, value, keeps_columns):
+        """The same bounds after a reshape or transpose ``move`` of the result (``value``
+        its value), or None where a per-column term (a bias row) would not stay per column
+        (``keeps_columns``: every element keeps its last-axis index)."""
+        shape = np.shape(self.center)
+        rad = tuple(move(z) if np.shape(z) == shape else z for z in self.rad)
+        if any(np.ndim(z) and np.shape(z) != np.shape(concrete(value)) and not keeps_columns
+               for z in rad):
+            return None
+        return _CentredBounds(move(self.center), rad, self.top, self.b, self.floor, value)
+
+
+def _left_factor(x, v, c2):
+    """``mm_left(v, x.lo, x.hi, c2, stats=True)``, in one pass from pending centred bounds
+    (``_CentredBounds`` of this value) without writing them."""
+    p = x._pending
+    if isinstance(p, _CentredBounds) and p.value is v:
+        r = _K.mm_left_centred(v, p.center, *p.rad, p.top, p.b, p.floor, c2)
+        if r is not None:
+            return r
+    return _K.mm_left(v, x.lo, x.hi, c2, stats=True)
 
 
 def _own_point_centre(self, prim, x, w, b, in_sum, params, K, sp, absterm):

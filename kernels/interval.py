@@ -419,21 +419,24 @@ def _radius_abs_up(vv, r0):
     return r, (abs(vv) + r) * (1.0 + 3 * _E)
 
 
+@numba.njit(inline="always", error_model="numpy")
+def _left_factor(vv, l, h, c2):
+    """L of one element as a float32 (NaN where a bound or the value is): see ``mm_left``."""
+    r1, r2 = vv - l, h - vv
+    nan = (r1 != r1) | (r2 != r2)
+    r0 = r1 if r1 > r2 else r2
+    r, ah = _radius_abs_up(vv, r0)
+    L = (c2 * ah + r) * (1.0 + 5 * _E)     # c2·ah may underflow: _f32_up covers it
+    Lb = 0.0 if (vv == 0.0) & (r0 == 0.0) else _f32_up(L)  # zero-width zeros: L = 0
+    return np.float32(math.nan if nan else Lb)
+
+
 @numba.njit(cache=True, error_model="numpy")
 def _mm_left_loop(v, lo, hi, c2, out):
-    n_nan = 0
     for i in range(out.shape[0]):
-        for j in range(out.shape[1]):     # branch-free: the loop vectorizes
-            vv = np.float64(_at(v, i, j))
-            r1, r2 = vv - _at(lo, i, j), _at(hi, i, j) - vv
-            nan = (r1 != r1) | (r2 != r2)
-            n_nan += nan
-            r0 = r1 if r1 > r2 else r2
-            r, ah = _radius_abs_up(vv, r0)
-            L = (c2 * ah + r) * (1.0 + 5 * _E)     # c2·ah may underflow: _f32_up covers it
-            Lb = 0.0 if (vv == 0.0) & (r0 == 0.0) else _f32_up(L)  # zero-width zeros: L = 0
-            out[i, j] = np.float32(math.nan if nan else Lb)
-    return n_nan
+        for j in range(out.shape[1]):     # branch-free, no count: the loop vectorizes
+            out[i, j] = _left_factor(np.float64(_at(v, i, j)), _at(lo, i, j), _at(hi, i, j),
+                                     c2)
 
 
 @numba.njit(cache=True, error_model="numpy")
@@ -481,15 +484,16 @@ def mm_left(v, lo, hi, c2, stats=False):
     at most 32 rows (they feed a heuristic), and ``M >= max(|v| + r)`` (for the overflow
     screen: ``max(L)/c2``, as L >= c2·(|v| + r)); all NaN if any bound is NaN."""
     args, (o,), shape, (res,) = _flat((v, lo, hi), (np.float32,))
-    n_nan = _mm_left_loop(*args, float(c2), o)
+    _mm_left_loop(*args, float(c2), o)
     L = _result(res, shape)
     if not stats:
         return L
-    if n_nan:
+    top = float(o.max()) if o.size else 0.0           # NaN where any L is (a NaN bound)
+    if top != top:
         return L, (math.nan, math.nan, math.nan)
     s_r, s_a = _mm_sample_sums(*args, o.shape[0], o.shape[1], max(1, o.shape[0] // 32))
     if c2 > 0:
-        m = float(o.max()) / c2 * (1.0 + 4 * _E) if o.size else 0.0
+        m = top / c2 * (1.0 + 4 * _E)
     else:
         vv = np.asarray(v, np.float64)
         m = float(np.max(np.abs(vv) + np.maximum(vv - lo, hi - vv))) if o.size else 0.0
@@ -525,32 +529,83 @@ def mm_right(v, lo, hi):
     return _result(rbh, shape), _result(rrb, shape), (s_r, s_a, m)
 
 
+@numba.njit(inline="always", error_model="numpy")
+def _centred(cc, R, f, a, cb, top, floor):
+    """(lo, hi, bad) of one element of ``center_bounds``."""
+    rad = (R * f + a) * (1.0 + 4 * _E) + _TINY
+    d = rad * (1.0 + 8 * _E) + min(abs(cc), _MAX) * cb + _TINY
+    y = cc - d
+    z = cc + d
+    bad = (abs(cc) == math.inf) | (cc != cc) | (d == math.inf) | (y != y) | (z != z)
+    y = -math.inf if y < -top else y
+    z = math.inf if z > top else z
+    return _at_least(y, floor), _at_least(z, floor), bad
+
+
 @numba.njit(cache=True, error_model="numpy")
-def _center_loop(c, R, f, a, cb, top, lo, hi):
+def _center_loop(c, R, f, a, cb, top, floor, lo, hi):
     n_bad = 0
     for i in range(lo.shape[0]):
         for j in range(lo.shape[1]):
-            cc = np.float64(_at(c, i, j))
-            rad = (np.float64(_at(R, i, j)) * _at(f, i, j) + _at(a, i, j)) * (1.0 + 4 * _E) \
-                + _TINY
-            d = rad * (1.0 + 8 * _E) + min(abs(cc), _MAX) * cb + _TINY
-            y = cc - d
-            lo[i, j] = -math.inf if y < -top else y
-            z = cc + d
-            hi[i, j] = math.inf if z > top else z
-            n_bad += (abs(cc) == math.inf) | (cc != cc) | (d == math.inf) | (y != y) | (z != z)
+            lo[i, j], hi[i, j], bad = _centred(np.float64(_at(c, i, j)),
+                                               np.float64(_at(R, i, j)), _at(f, i, j),
+                                               _at(a, i, j), cb, top, floor)
+            n_bad += bad
     return n_bad
 
 
-def center_bounds(c, R, f, a, top, b=0.0):
+def center_bounds(c, R, f, a, top, b=0.0, floor=-math.inf):
     """(lo, hi, n_bad): ``c ∓ (rad·(1+8ε) + |c|·(b + 8ε)·(1+4ε) + 2^-1074)``, ``rad >= R·f +
     a`` (see above; ``b·|c|``: a radius term proportional to the centre's magnitude);
     ``n_bad`` counts elements with a non-finite centre, an infinite radius (R or a) or a NaN
-    bound: with none, every bound is finite or past ``top``."""
+    bound: with none, every bound is finite or past ``top``. ``floor``: then
+    ``np.maximum(·, floor)`` of both (a ReLU after the GEMM, as ``add_bounds``)."""
     (c, R, f, a), (lo, hi), shape, (rlo, rhi) = _flat((c, R, f, a), (np.float64, np.float64))
     cb = (float(b) + 8 * _E) * (1.0 + 4 * _E)
-    n_bad = _center_loop(c, R, f, a, cb, float(top), lo, hi)
+    n_bad = _center_loop(c, R, f, a, cb, float(top), float(floor), lo, hi)
     return _result(rlo, shape), _result(rhi, shape), n_bad
+
+
+@numba.njit(cache=True, error_model="numpy")
+def _mm_left_centred_loop(v, c, R, f, a, cb, top, floor, c2, out):
+    for i in range(out.shape[0]):
+        for j in range(out.shape[1]):     # branch-free, no count: the loop vectorizes
+            lo, hi, _ = _centred(np.float64(_at(c, i, j)), np.float64(_at(R, i, j)),
+                                 _at(f, i, j), _at(a, i, j), cb, top, floor)
+            out[i, j] = _left_factor(np.float64(_at(v, i, j)), lo, hi, c2)
+
+
+@numba.njit(cache=True, error_model="numpy")
+def _centred_sample_sums(v, c, R, f, a, cb, top, floor, rows, cols, step):
+    s_r = 0.0
+    s_a = 0.0
+    for i in range(0, rows, step):        # mm_left's sample sums, over the same rows
+        for j in range(cols):
+            lo, hi, bad = _centred(np.float64(_at(c, i, j)), np.float64(_at(R, i, j)),
+                                   _at(f, i, j), _at(a, i, j), cb, top, floor)
+            vv = np.float64(_at(v, i, j))
+            r1, r2 = vv - lo, hi - vv
+            r = r1 if r1 > r2 else r2
+            s_r += r
+            s_a += abs(vv) + r
+    return s_r, s_a
+
+
+def mm_left_centred(v, c, R, f, a, top, b, floor, c2):
+    """``mm_left(v, lo, hi, c2, stats=True)`` of the bounds ``center_bounds(c, R, f, a, top,
+    b, floor)`` in one pass, bit for bit, without writing them: a GEMM's value-centred result
+    through a ReLU into the next GEMM (``v`` the ReLU's value). None where ``center_bounds``
+    would count a bad element or mm_left a NaN (the caller takes the two passes)."""
+    args, (o,), shape, (res,) = _flat((v, c, R, f, a), (np.float32,))
+    cb = (float(b) + 8 * _E) * (1.0 + 4 * _E)
+    _mm_left_centred_loop(*args, cb, float(top), float(floor), float(c2), o)
+    # a bad centre or radius gives a NaN or infinite bound, so a NaN or infinite L
+    m = float(o.max()) / c2 * (1.0 + 4 * _E) if o.size and c2 > 0 else math.nan
+    if not m < math.inf:
+        return None
+    s_r, s_a = _centred_sample_sums(*args, cb, float(top), float(floor), o.shape[0],
+                                    o.shape[1], max(1, o.shape[0] // 32))
+    return _result(res, shape), (s_r, s_a, m)
 
 
 def _pair(c1, c2, i, j):
