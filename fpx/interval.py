@@ -35,6 +35,7 @@ import numpy as np
 from fpx import formats as _formats
 from fpx import tree
 from fpx.kernels import bf16 as _bf16
+from fpx.kernels import blas as _blas
 from fpx.kernels import conv as _kconv
 from fpx import nn as _nn
 from fpx.kernels import interval as _K
@@ -1606,8 +1607,8 @@ def _gemm(A, B):
     (128, 8, K) activation times (K, N) weights was 128 GEMMs of 8 rows each, ~10x slower)."""
     A, B = np.asarray(A), np.asarray(B)
     if A.ndim > 2 and B.ndim == 2:
-        return np.matmul(A.reshape(-1, A.shape[-1]), B).reshape(A.shape[:-1] + B.shape[-1:])
-    return np.matmul(A, B)
+        return _blas.matmul(A.reshape(-1, A.shape[-1]), B).reshape(A.shape[:-1] + B.shape[-1:])
+    return _blas.matmul(A, B)
 
 
 def _gemm_upper_parts(L, M, K, small, scale=1.0, add=0.0, bf16=False):

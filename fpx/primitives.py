@@ -96,7 +96,14 @@ def _cast(B):
 Primitive("cast", _cast, kind="cast",
           doc="Convert to a format with the backend's own conversion (NumPy's astype).")
 
-Primitive("matmul", lambda B: B.xp.matmul, kind="matmul", doc="numpy.matmul semantics.")
+def _matmul(B):
+    if B.name == "numpy":                        # MKL through torch where it applies
+        from fpx.kernels import blas
+        return blas.matmul
+    return B.xp.matmul
+
+
+Primitive("matmul", _matmul, kind="matmul", doc="numpy.matmul semantics.")
 
 
 def _reduction(name):

@@ -874,3 +874,47 @@ def test_small_cnn(dt):
     assert rec_inline.primitives.count("matmul") == 4
     p64 = {k: v.astype(np.float64) for k, v in p.items()}
     check(y, cnn_ref(x.astype(np.float64), p64), dt, tol=1e-10 if dt == F64 else 1e-4)
+
+
+def test_numpy_matmul_on_mkl_keeps_numpys_semantics_and_bound():
+    """The NumPy backend's matmul runs float32/float64 GEMMs on torch's MKL where it applies
+    (``kernels/blas.py``): NumPy's shapes (stacked, broadcast), dtypes and NaN/inf, within
+    Rump's K·u·Σ|a·b| of the exact result (any summation order) for transposed views too;
+    NumPy's own matmul, bit for bit, for what it does not take (small, 1-D, read-only,
+    negative strides, float16, mixed dtypes) and under a float32 precision setting that would
+    let a CPU GEMM round to bfloat16."""
+    import torch
+    from fpx.kernels import blas
+    _engine_or_skip()
+    rng = np.random.default_rng(5)
+    cases = [((64, 96), (96, 80)), ((3, 64, 70), (70, 50)), ((2, 1, 40, 64), (5, 64, 40))]
+    for dt in (np.float32, np.float64):
+        u = np.finfo(dt).eps / 2
+        for sa, sb in cases:
+            a, b = rng.standard_normal(sa).astype(dt), rng.standard_normal(sb).astype(dt)
+            a.flat[7] = np.nan
+            for bb in (b, np.ascontiguousarray(np.swapaxes(b, -1, -2)).swapaxes(-1, -2)):
+                assert blas._engine(a, bb) is not None
+                y = fpx.numpy.matmul(a, bb)
+                ref = np.matmul(a.astype(np.float64), bb.astype(np.float64))
+                assert y.dtype == dt and y.shape == ref.shape
+                assert np.array_equal(np.isnan(y), np.isnan(ref))
+                K = sa[-1]
+                tol = K * u / (1 - K * u) * np.matmul(np.abs(a), np.abs(bb)).astype(np.float64)
+                ok = ~np.isnan(ref)
+                assert np.all(np.abs(y[ok] - ref[ok]) <= tol[ok])
+    a = rng.standard_normal((64, 96)).astype(np.float32)
+    b = rng.standard_normal((96, 80)).astype(np.float32)
+    ro = b.copy()
+    ro.flags.writeable = False
+    for x, z in [(a[:4, :4], b[:4, :4]), (a, b[:, 0]), (a, ro), (a[::-1], b),
+                 (a.astype(np.float16), b.astype(np.float16)), (a, b.astype(np.float64))]:
+        assert blas._engine(x, z) is None
+        assert np.array_equal(fpx.numpy.matmul(x, z), np.matmul(x, z))
+    prev = torch.get_float32_matmul_precision()
+    try:
+        torch.set_float32_matmul_precision("medium")
+        assert blas._engine(a, b) is None
+        assert np.array_equal(fpx.numpy.matmul(a, b), np.matmul(a, b))
+    finally:
+        torch.set_float32_matmul_precision(prev)
