@@ -33,6 +33,7 @@ use ``"cuda"`` (``"tf32"`` when ``torch.backends.cuda.matmul.allow_tf32``).
 from __future__ import annotations
 
 import contextlib
+import functools
 import io
 import logging
 import math
@@ -49,6 +50,7 @@ import fpx.numpy as fnp
 from fpx import formats as _formats
 from fpx import policy as _policy
 from fpx import tree
+from fpx.kernels import blas as _blas
 from fpx.core import FpxError, Tracer, concrete
 from fpx.transform import Adapted
 
@@ -1547,6 +1549,16 @@ def _dispatch_fn(module, state_names):
 # =============================================================================================
 # Programs
 # =============================================================================================
+def _on_torch_gemms(fn):
+    """``fn`` with its GEMMs (values and the transforms' own) on torch's MKL, as the
+    module's are (``fpx.kernels.blas``)."""
+    @functools.wraps(fn)
+    def run(*args, **kwargs):
+        with _blas.torch_gemms():
+            return fn(*args, **kwargs)
+    return run
+
+
 class TorchProgram:
     """An fpx program built from a torch module: ``fn(params, *args, **kwargs)`` over arrays,
     ``state`` the names of the module state it reads (parameters, buffers, constants),
@@ -1554,7 +1566,7 @@ class TorchProgram:
     ``ExportedProgram`` (export path), ``export_error``: why export was not used."""
 
     def __init__(self, fn, state, mode, exported=None, export_error=None, constants=None):
-        self.fn, self.state, self.mode = fn, list(state), mode
+        self.fn, self.state, self.mode = _on_torch_gemms(fn), list(state), mode
         self.exported, self.export_error = exported, export_error
         self.constants = dict(constants or {})
 

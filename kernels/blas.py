@@ -1,12 +1,15 @@
-"""float32/float64 GEMMs on NumPy arrays through PyTorch's CPU BLAS (MKL), when torch is
-installed.
+"""float32/float64 GEMMs on NumPy arrays through PyTorch's CPU BLAS (MKL) while fpx runs a
+torch program (``torch_gemms()``, entered by ``fpx.interop.torch``).
 
 NumPy's ``matmul`` calls OpenBLAS; torch's calls MKL's ``sgemm``/``dgemm``, ~1.3x faster on
 the transformer-sized GEMMs here (1024x512 @ 512x1536 float32: 3.9 against 5.7 ms on two
-Sapphire Rapids cores). It also keeps every GEMM of a run on one thread pool: the interval
-rules' bfloat16 radius GEMMs and oneDNN convolutions run on torch's, and OpenBLAS's workers,
-spinning after each call, slowed them (``kernels/bf16.py``, ``kernels/conv.py``). A GEMM's
-summation order is the library's choice either way, and every fpx bound holds for any order.
+Sapphire Rapids cores), and a torch module's own GEMMs are MKL's. It also keeps every GEMM of
+the run on one thread pool: the interval rules' bfloat16 radius GEMMs and oneDNN convolutions
+run on torch's, and OpenBLAS's workers, spinning ~0.1 s after each call, slow them
+(``kernels/bf16.py``, ``kernels/conv.py``). A NumPy program keeps NumPy's GEMMs: its user's
+own code is on OpenBLAS, and MKL's threads beside OpenBLAS's spinning ones made the MLP
+benchmark's bound 25 -> 31-38 ms. A GEMM's summation order is the library's choice either
+way, and every fpx bound holds for any order.
 
 Used only where it is the same arithmetic as NumPy's: float32 or float64 operands of one
 dtype, both at least 2-D (NumPy's broadcasting of the stacked dims is torch's too), with
@@ -18,9 +21,24 @@ else is ``np.matmul``.
 """
 from __future__ import annotations
 
+import contextlib
+import contextvars
+
 import numpy as np
 
 from fpx.kernels.conv import _ieee_fp32, _torch
+
+_TORCH_GEMMS = contextvars.ContextVar("fpx_torch_gemms", default=False)
+
+
+@contextlib.contextmanager
+def torch_gemms():
+    """Within: ``matmul`` runs on MKL where it applies (a torch program's run)."""
+    token = _TORCH_GEMMS.set(True)
+    try:
+        yield
+    finally:
+        _TORCH_GEMMS.reset(token)
 
 
 def _viewable(a):
@@ -30,7 +48,7 @@ def _viewable(a):
 
 def _engine(a, b):
     """torch, where it may run this GEMM (see the module docstring)."""
-    if not (_viewable(a) and _viewable(b) and a.dtype == b.dtype
+    if not (_TORCH_GEMMS.get() and _viewable(a) and _viewable(b) and a.dtype == b.dtype
             and a.dtype in (np.float32, np.float64)
             and a.shape[-1] * a.shape[-2] * b.shape[-1] >= 2 ** 15):
         return None

@@ -877,15 +877,25 @@ def test_small_cnn(dt):
 
 
 def test_numpy_matmul_on_mkl_keeps_numpys_semantics_and_bound():
-    """The NumPy backend's matmul runs float32/float64 GEMMs on torch's MKL where it applies
-    (``kernels/blas.py``): NumPy's shapes (stacked, broadcast), dtypes and NaN/inf, within
-    Rump's K·u·Σ|a·b| of the exact result (any summation order) for transposed views too;
-    NumPy's own matmul, bit for bit, for what it does not take (small, 1-D, read-only,
-    negative strides, float16, mixed dtypes) and under a float32 precision setting that would
-    let a CPU GEMM round to bfloat16."""
+    """Within a torch program's run (``blas.torch_gemms``) the NumPy backend's matmul runs
+    float32/float64 GEMMs on torch's MKL where it applies (``kernels/blas.py``): NumPy's
+    shapes (stacked, broadcast), dtypes and NaN/inf, within Rump's K·u·Σ|a·b| of the exact
+    result (any summation order) for transposed views too; NumPy's own matmul, bit for bit,
+    outside that context and for what it does not take (small, 1-D, read-only, negative
+    strides, float16, mixed dtypes) and under a float32 precision setting that would let a
+    CPU GEMM round to bfloat16."""
     import torch
     from fpx.kernels import blas
     _engine_or_skip()
+    a = np.ones((64, 96), np.float32)
+    assert blas._engine(a, a.T) is None          # a NumPy program keeps NumPy's GEMMs
+    with blas.torch_gemms():
+        assert blas._engine(a, a.T) is not None
+        _mkl_matmul_cases(blas, torch)
+    assert blas._engine(a, a.T) is None
+
+
+def _mkl_matmul_cases(blas, torch):
     rng = np.random.default_rng(5)
     cases = [((64, 96), (96, 80)), ((3, 64, 70), (70, 50)), ((2, 1, 40, 64), (5, 64, 40))]
     for dt in (np.float32, np.float64):
