@@ -25,7 +25,8 @@ OpenBLAS's float32 one on two (0.58 against 1.64 ms for 256x1024 @ 1024x1024 on 
 Rapids VM). On torch's two threads it is twice as fast alone, but torch's OpenMP team and
 OpenBLAS's workers each spin after a call and, on 2 cores, slow each other: an SGEMM followed
 by the bfloat16 GEMM took 5.4 ms on two threads, 2.2 on one (``torch.set_num_threads`` is set
-to 1 around the call and restored). With only AVX512-BF16 (an AMD Zen 4 VM) it was 2.3-2.8x
+to 1 around the call and restored) -- except in a torch program's run, whose GEMMs are all on
+torch's pool (``kernels/blas.py``), where it keeps torch's threads. With only AVX512-BF16 (an AMD Zen 4 VM) it was 2.3-2.8x
 faster alone and, on two threads, made the encoder benchmark slower as a whole (155 -> 185
 ms); one thread was not measured there, so the float32 GEMM stays.
 """
@@ -131,18 +132,20 @@ def amx(torch) -> bool:
         return False
 
 
-def matmul_upper(torch, a, b, maxes=False):
+def matmul_upper(torch, a, b, maxes=False, one_thread=True):
     """(R, f, a') with ``|a| @ |b| <= R·f + a'`` elementwise in exact arithmetic, for float32
     arrays ``a`` (..., M, K) and ``b`` (..., K, N) (``round_up`` takes magnitudes: the sign bit
     is dropped), from one bfloat16 GEMM of their magnitudes rounded up (``factors(K)``); R a
     float32 array. ``maxes``: also upper bounds of max |a| and max |b| (``round_up``'s; NaN
-    where an operand has a NaN). None where ``factors`` has none."""
+    where an operand has a NaN). None where ``factors`` has none. ``one_thread=False``: on
+    torch's threads, where no OpenBLAS workers spin beside them (a torch program's run,
+    ``kernels/blas.py``: the transformer benchmark's bound ~3% faster, A/B in one process)."""
     fa = factors(a.shape[-1])
     if fa is None:
         return None
     with _ONE_THREAD:               # (see the module docstring; the lock keeps concurrent
         threads = torch.get_num_threads()   # callers from restoring each other's 1)
-        torch.set_num_threads(1)
+        torch.set_num_threads(1 if one_thread else threads)
         try:
             (ta, a_top), (tb, b_top) = round_up(torch, a, True), round_up(torch, b, True)
             with torch.no_grad():

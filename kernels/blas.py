@@ -41,6 +41,11 @@ def torch_gemms():
         _TORCH_GEMMS.reset(token)
 
 
+def active() -> bool:
+    """Inside ``torch_gemms()`` (a torch program's run: no OpenBLAS GEMMs in it)."""
+    return _TORCH_GEMMS.get()
+
+
 def _viewable(a):
     return (type(a) is np.ndarray and a.ndim >= 2 and a.flags.writeable
             and all(s > 0 for s in a.strides))
