@@ -1923,7 +1923,8 @@ def _weighted_value_centred(self, prim, x, w, b, params):
         return None
     vx, wc = self.primal_of(x), concrete(w)
     bc = None if b is None else np.asarray(concrete(b))
-    if not (isinstance(vx, np.ndarray) and isinstance(wc, np.ndarray) and (x._pending is not None or isinstance(x.lo, np.ndarray))
+    if not (isinstance(vx, np.ndarray) and isinstance(wc, np.ndarray)
+            and (x._pending is not None or isinstance(x.lo, np.ndarray))   # (not forced)
             and vx.dtype == np.float32 and wc.dtype == np.float32
             and (bc is None or (bc.dtype == np.float32 and np.all(np.isfinite(bc))))):
         return None

@@ -54,8 +54,12 @@ def _viewable(a):
 def _engine(a, b):
     """torch, where it may run this GEMM (see the module docstring)."""
     if not (_TORCH_GEMMS.get() and _viewable(a) and _viewable(b) and a.dtype == b.dtype
-            and a.dtype in (np.float32, np.float64)
+            and a.dtype in (np.float32, np.float64) and a.shape[-1] == b.shape[-2]
             and a.shape[-1] * a.shape[-2] * b.shape[-1] >= 2 ** 15):
+        return None
+    try:
+        np.broadcast_shapes(a.shape[:-2], b.shape[:-2])
+    except ValueError:                  # NumPy's own error for mismatched shapes
         return None
     torch = _torch()
     if not (torch and torch.get_float32_matmul_precision() == "highest" and _ieee_fp32(torch)):

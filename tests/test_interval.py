@@ -2702,6 +2702,20 @@ def test_kernels_on_permuted_and_per_channel_layouts_match_contiguous_copies():
         assert all(np.array_equal(a, b) for a, b in zip(got, ref))
 
 
+
+def _without_pending_bounds(f, *args):
+    """``fpx.interval(f)(*args)`` with every pending bound computed at once (the unfused
+    rules: what pending bounds must equal bit for bit)."""
+    import sys
+    iv_mod = sys.modules["fpx.interval"]
+    real = iv_mod.IntervalInterpreter.new_pending
+    try:
+        iv_mod.IntervalInterpreter.new_pending = \
+            lambda self, val, pending, un=None: self.new(val, *pending(-np.inf), un)
+        return fpx.interval(f)(*args)
+    finally:
+        iv_mod.IntervalInterpreter.new_pending = real
+
 @pytest.mark.parametrize("dt", [np.float32, np.float64, np.float16], ids=["f32", "f64", "f16"])
 def test_relu_after_add_or_batch_norm_shares_their_pass(dt):
     """A ReLU (or any max with a constant) after an add or a batch norm takes its bounds from
@@ -2725,16 +2739,9 @@ def test_relu_after_add_or_batch_norm_shares_their_pass(dt):
              lambda h: fnn.relu(fnn.batch_norm(h, m, v, w, bb)),
              lambda h: (fnn.relu(fnn.batch_norm(h, m, v, w, bb)), fnn.batch_norm(h, m, v, w, bb)),
              lambda h: fnp.maximum(fnn.batch_norm(h + b, m, v, w, bb), -1.5)]
-    real = iv_mod.IntervalInterpreter.new_pending
-    eager = lambda self, val, pending, un=None: self.new(val, *pending(-np.inf), un)
     with np.errstate(all="ignore"):
         for f in progs:
-            outs = fpx.interval(f)(xi)
-            try:
-                iv_mod.IntervalInterpreter.new_pending = eager
-                refs = fpx.interval(f)(xi)
-            finally:
-                iv_mod.IntervalInterpreter.new_pending = real
+            outs, refs = fpx.interval(f)(xi), _without_pending_bounds(f, xi)
             outs, refs = (o if isinstance(o, tuple) else (o,) for o in (outs, refs))
             want = f(x)
             want = want if isinstance(want, tuple) else (want,)
@@ -2853,8 +2860,6 @@ def test_gemm_relu_gemm_shares_the_pending_bounds(n):
         lambda h: fnp.transpose(fnn.linear(h, w1, None), (0, 2, 1)),
         lambda h: fnp.transpose(fnn.linear(h, w1, b1, bias_in_sum=True), (0, 2, 1)),
     ]
-    real = iv_mod.IntervalInterpreter.new_pending
-    eager = lambda self, val, pending, un=None: self.new(val, *pending(-np.inf), un)
     calls = []
     real_k = iv_mod._K.mm_left_centred
     with np.errstate(all="ignore"):
@@ -2865,11 +2870,7 @@ def test_gemm_relu_gemm_shares_the_pending_bounds(n):
                     outs = fpx.interval(f)(inp)
                 finally:
                     iv_mod._K.mm_left_centred = real_k
-                try:
-                    iv_mod.IntervalInterpreter.new_pending = eager
-                    refs = fpx.interval(f)(inp)
-                finally:
-                    iv_mod.IntervalInterpreter.new_pending = real
+                refs = _without_pending_bounds(f, inp)
                 outs, refs = (o if isinstance(o, tuple) else (o,) for o in (outs, refs))
                 for o, r in zip(outs, refs):
                     assert np.array_equal(np.asarray(o.value), np.asarray(r.value),

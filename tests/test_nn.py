@@ -921,6 +921,11 @@ def _mkl_matmul_cases(blas, torch):
                  (a.astype(np.float16), b.astype(np.float16)), (a, b.astype(np.float64))]:
         assert blas._engine(x, z) is None
         assert np.array_equal(fpx.numpy.matmul(x, z), np.matmul(x, z))
+    for x, z in [(a, b[:80]), (rng.standard_normal((3, 64, 96)).astype(np.float32),
+                               rng.standard_normal((2, 96, 80)).astype(np.float32))]:
+        assert blas._engine(x, z) is None       # NumPy's own error for mismatched shapes
+        with pytest.raises(ValueError, match="matmul"):
+            fpx.numpy.matmul(x, z)
     prev = torch.get_float32_matmul_precision()
     try:
         torch.set_float32_matmul_precision("medium")
