@@ -594,8 +594,9 @@ def _centred_sample_sums(v, c, R, f, a, cb, top, floor, rows, cols, step):
 def mm_left_centred(v, c, R, f, a, top, b, floor, c2):
     """``mm_left(v, lo, hi, c2, stats=True)`` of the bounds ``center_bounds(c, R, f, a, top,
     b, floor)`` in one pass, bit for bit, without writing them: a GEMM's value-centred result
-    through a ReLU into the next GEMM (``v`` the ReLU's value). None where ``center_bounds``
-    would count a bad element or mm_left a NaN (the caller takes the two passes)."""
+    through a ReLU into the next GEMM (``v`` the ReLU's value). None where a bound or L is
+    NaN or infinite (the caller takes the two passes). The caller makes sure no element is
+    ``n_bad`` for ``center_bounds``: a bad centre that the floor clamps would not show here."""
     args, (o,), shape, (res,) = _flat((v, c, R, f, a), (np.float32,))
     cb = (float(b) + 8 * _E) * (1.0 + 4 * _E)
     _mm_left_centred_loop(*args, cb, float(top), float(floor), float(c2), o)
