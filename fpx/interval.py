@@ -2049,7 +2049,7 @@ class _CentredBounds:
     ``max(x, c)`` (a ReLU, its ``value``), and ``_left_factor`` gives the next layer's left
     GEMM factor straight from them (``mm_left_centred``): in a transformer's feed-forward
     block the bounds between its two GEMMs are then never written (at 8x128x2048 the GEMM's
-    bounds, the ReLU's and the left factor's passes took ~10 ms)."""
+    bounds, the ReLU's and the left factor's passes took ~9 ms, the fused pass ~3)."""
     __slots__ = ("center", "rad", "top", "b", "floor", "value")
 
     def __init__(self, center, rad, top, b, floor, value):

@@ -403,9 +403,9 @@ F32_FLOOR = 2.0 ** -102
 def _f32_up(x):
     """A normal float32 >= x + 2^-1074, x >= 0, at least F32_FLOOR (round-to-nearest loses
     < 2^-24 relative above 2^-126; the 2^-23 factor leaves >= 2^-151 for an underflowed
-    product in x)."""
+    product in x); NaN stays NaN (a ``0·inf`` in x is not a small number)."""
     y = x * (1.0 + 2.0 ** -23)
-    return np.float32(y if y > F32_FLOOR else F32_FLOOR)
+    return np.float32(y if (y > F32_FLOOR) | (y != y) else F32_FLOOR)
 
 
 @numba.njit(inline="always")
@@ -420,7 +420,7 @@ def _radius_abs_up(vv, r0):
 
 
 @numba.njit(inline="always", error_model="numpy")
-def _left_factor(vv, l, h, c2):
+def _left_elem(vv, l, h, c2):
     """L of one element as a float32 (NaN where a bound or the value is): see ``mm_left``."""
     r1, r2 = vv - l, h - vv
     nan = (r1 != r1) | (r2 != r2)
@@ -435,7 +435,7 @@ def _left_factor(vv, l, h, c2):
 def _mm_left_loop(v, lo, hi, c2, out):
     for i in range(out.shape[0]):
         for j in range(out.shape[1]):     # branch-free, no count: the loop vectorizes
-            out[i, j] = _left_factor(np.float64(_at(v, i, j)), _at(lo, i, j), _at(hi, i, j),
+            out[i, j] = _left_elem(np.float64(_at(v, i, j)), _at(lo, i, j), _at(hi, i, j),
                                      c2)
 
 
@@ -572,7 +572,7 @@ def _mm_left_centred_loop(v, c, R, f, a, cb, top, floor, c2, out):
         for j in range(out.shape[1]):     # branch-free, no count: the loop vectorizes
             lo, hi, _ = _centred(np.float64(_at(c, i, j)), np.float64(_at(R, i, j)),
                                  _at(f, i, j), _at(a, i, j), cb, top, floor)
-            out[i, j] = _left_factor(np.float64(_at(v, i, j)), lo, hi, c2)
+            out[i, j] = _left_elem(np.float64(_at(v, i, j)), lo, hi, c2)
 
 
 @numba.njit(cache=True, error_model="numpy")

@@ -2881,3 +2881,16 @@ def test_gemm_relu_gemm_shares_the_pending_bounds(n):
     # programs 1, 2 and 4 with the finite input (a bias added after the sum is the add
     # rule's, whose bounds are not centred: the third runs the two passes)
     assert len(calls) == 3
+
+
+def test_left_factor_of_an_infinite_radius_is_never_small():
+    """``mm_left`` with c2 = 0 and an infinite bound: ``0·inf`` is NaN, which the float32
+    rounding up (``_f32_up``) must keep (it had mapped NaN to its 2^-102 floor, a tiny L for
+    an unbounded radius); the stats then say NaN and the rule steps aside."""
+    from fpx.kernels import interval as K
+    v = np.array([[1.0, 2.0]], np.float32)
+    lo, hi = np.array([[-np.inf, 1.5]]), np.array([[1.0, 2.5]])
+    L, st = K.mm_left(v, lo, hi, 0.0, stats=True)
+    assert np.isnan(L[0, 0]) and np.isnan(st).all()
+    L, st = K.mm_left(v, lo, hi, 1e-7, stats=True)
+    assert L[0, 0] == np.inf and st[2] == np.inf
