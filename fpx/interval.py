@@ -538,6 +538,9 @@ def _any_nan(*xs):
 
 @_rule("mul")
 def _mul(self, prim, a, b):
+    y = _scaled_pending(self, prim, a, b)
+    if y is not None:
+        return y
     v, (alo, ahi), (blo, bhi), un, pt = _binary_prep(self, prim, a, b)
     if a is b and self._own(a):
         # x * x of one traced value: a square, never negative (the interval product of two
@@ -567,6 +570,35 @@ def _mul(self, prim, a, b):
     if a is b and self._own(a) and _fmt_of(np.asarray(concrete(v)).dtype) is not None:
         lo = np.where(lo < 0, 0.0, lo)        # a rounded square is never negative
     return self.new(v, lo, hi, un)
+
+
+def _scaled_pending(self, prim, a, b):
+    """x·s of a pending centred bound x (``_CentredBounds``) and a constant scalar s, still
+    pending (``_CentredBounds.scaled``: attention's scale of its scores); None elsewhere."""
+    x, s = (a, b) if self._own(a) else (b, a)
+    if not (self._own(x) and isinstance(x._pending, _CentredBounds) and not self._own(s)
+            and np.ndim(concrete(s)) == 0):
+        return None
+    v = self.value_of(prim, (a, b), {})
+    dt = np.asarray(concrete(v)).dtype
+    F = _fmt_of(dt)
+    if (F is None or not F.has_inf or not isinstance(concrete(v), np.ndarray)
+            or np.shape(concrete(v)) != np.shape(concrete(x.primal))):
+        return None
+    acc = self.accuracy("mul", F)
+    slo, shi = (float(np.asarray(z)) for z in self.bounds(s, dt)[:2])
+    if acc.input_dependent or not (slo == shi and math.isfinite(slo)):
+        return None
+    q = acc.ulps * 2.0 ** (1 - F.p)
+    e = acc.ulps * F.smallest_subnormal + acc.absolute
+    # the value here is NumPy's IEEE product: exact for a power of two but where it underflows
+    q0 = 0.0 if slo == 0 or math.frexp(slo)[0] in (0.5, -0.5) else 2.0 ** -F.p
+    top = math.inf if F.name == "float64" else F.max
+    p = x._pending.scaled(slo, q, e, q0, F.smallest_subnormal / 2, top, concrete(v))
+    # every value finite (|v'| <= the centre's bound) and every radius: nothing n_bad
+    if p is None or not (p.maxima()[0] <= F.max and p.max_abs() < math.inf):
+        return None
+    return self.new_pending(v, p, x.unstable)
 
 
 _BN_COEFFS: dict = {}
@@ -1134,11 +1166,12 @@ def _movement(apply):
     def rule(self, prim, *args, **params):
         v = self.value_of(prim, args, params)
         x = args[0]
-        if (prim.name in ("reshape", "transpose") and self._own(x)
+        if (prim.name in ("reshape", "transpose", "getitem") and self._own(x)
                 and isinstance(x._pending, _CentredBounds)):     # stays pending, moved
             nd, shape = np.ndim(concrete(v)), np.shape(concrete(x.primal))
             keeps = (params["axes"][-1] % nd == nd - 1 if prim.name == "transpose" else
-                     shape[-1:] == np.shape(concrete(v))[-1:])   # (row-major: k mod n)
+                     shape[-1:] == np.shape(concrete(v))[-1:] if prim.name == "reshape"
+                     else False)       # (reshape: row-major, k mod n; getitem: not known)
             moved = x._pending.moved(lambda z: apply(prim, [z], params), v, keeps)
             if moved is not None:
                 return self.new_pending(v, moved)
@@ -1536,15 +1569,14 @@ def _split_ok(self, x, w, K):
             and w.ndim == 2 and x.ndim >= 1)
 
 
-def _patch_wide(lo, hi, wide, X, W, bias, sp, K, absterm, top):
-    """Where a split-K centre's radius passes the classic bound (``wide``: the elements' flat
-    indices, terms that do not cancel), those elements around their exact centre instead:
-    float64 dot products of their rows of X (M, K) and columns of W (K, N) -- exact products,
-    the sum within γ_K(u64)·T -- radius (α + γ(1 + β))·T + β·|C| (+ the bias, a third float64
-    term). Any choice of elements is sound; this one keeps the bound within the classic one."""
-    N = W.shape[1]
-    lo2, hi2 = lo.reshape(-1, N), hi.reshape(-1, N)
-    r, o = np.divmod(wide, N)
+def _wide_bounds(wide, X, W, bias, sp, K, absterm, top):
+    """(rows, cols, lo, hi) of a split-K centre's wide elements (``wide``: their flat
+    indices, where the radius passes the classic bound: terms that do not cancel) around
+    their exact centres: float64 dot products of their rows of X (M, K) and columns of W
+    (K, N) -- exact products, the sum within γ_K(u64)·T -- radius (α + γ(1 + β))·T + β·|C|
+    (+ the bias, a third float64 term). Any choice of elements is sound; this one keeps the
+    bound within the classic one."""
+    r, o = np.divmod(wide, W.shape[1])
     with np.errstate(all="ignore"):
         C, T = _K.dot_pairs(X, W.T, r, o)
         g = _gamma(K + 2, 2.0 ** -53)
@@ -1553,24 +1585,47 @@ def _patch_wide(lo, hi, wide, X, W, bias, sp, K, absterm, top):
         T = T * (1 + g) * (1 + 4 * _E64)
         l2, h2, _ = _K.center_bounds(C, T, (sp.alpha + g * (1 + sp.beta)) * (1 + 8 * _E64),
                                      absterm, top, sp.beta + 2.0 ** -51)
-    lo2[r, o], hi2[r, o] = l2, h2
+    return r, o, l2, h2
 
 
-def _around_split_centre(X, W, bias, out_shape, R, f, a, f_cap, terms, sp, K, absterm, top):
+def _around_split_centre(X, W, bias, out_shape, R, f, a, f_cap, terms, sp, K, absterm, top,
+                         value=None, halves=None):
     """(lo, hi) around the split-K centre of X (M, K) @ W (K, N) (+ a float64 bias row):
     radius ``R·f + a`` (the T part, ``terms``' add included) plus the centre terms of
-    ``_split_terms``; elements past ``R·f_cap + a`` get exact centres (``_patch_wide``) where
+    ``_split_terms``; elements past ``R·f_cap + a`` get exact centres (``_wide_bounds``) where
     they are at most 4096 (or 1%; beyond that a float64 GEMM is cheaper). None where a centre
-    is not finite or too many elements would need patching."""
-    c1, c2 = _half_k(X, W)
-    size = int(np.prod(out_shape))
-    lo, hi, n_bad, wide = _K.split_center_bounds(
-        c1.reshape(out_shape), c2.reshape(out_shape), 0.0 if bias is None else bias, R, f, a,
-        top, terms[2], terms[1], f_cap, max(4096, size // 8))
+    is not finite or too many elements would need patching. With the program's ``value``:
+    ``_ExactCentredBounds``, these bounds pending and a float32 radius about the value
+    (``split_ball``) for what moves them or takes a value-centred factor from them."""
+    c1, c2 = _half_k(X, W) if halves is None else halves
+    c1, c2 = c1.reshape(out_shape), c2.reshape(out_shape)
+    c3 = 0.0 if bias is None else bias
+    N = W.shape[1]
+    max_wide = max(4096, int(np.prod(out_shape)) // 8)
+    if value is not None:
+        r32, n_bad, wide = _K.split_ball(c1, c2, c3, R, f, a, terms[2], terms[1], f_cap,
+                                         value, max_wide)
+        if n_bad == 0 and wide is not None:
+            if wide.size:
+                r, o, l2, h2 = _wide_bounds(wide, X, W, bias, sp, K, absterm, top)
+                v = _as_f64(value.reshape(-1, N)[r, o])
+                r32.reshape(-1, N)[r, o] = _K.f32_upper(
+                    _up(np.maximum(v - l2, h2 - v), 2))
+
+            def exact(floor):
+                lo, hi = _around_split_centre(X, W, bias, out_shape, R, f, a, f_cap, terms,
+                                              sp, K, absterm, top, halves=(c1, c2))
+                return (lo, hi) if floor == -math.inf else \
+                    (np.maximum(lo, floor), np.maximum(hi, floor))
+            return _ExactCentredBounds(value, (r32, 1.0, 0.0), top, 0.0, -math.inf, value,
+                                       exact=exact)
+    lo, hi, n_bad, wide = _K.split_center_bounds(c1, c2, c3, R, f, a, top, terms[2], terms[1],
+                                                 f_cap, max_wide)
     if n_bad or wide is None:
         return None
     if wide.size:
-        _patch_wide(lo, hi, wide, X, W, bias, sp, K, absterm, top)
+        r, o, l2, h2 = _wide_bounds(wide, X, W, bias, sp, K, absterm, top)
+        lo.reshape(-1, N)[r, o], hi.reshape(-1, N)[r, o] = l2, h2
     return lo, hi
 
 
@@ -1716,9 +1771,10 @@ def _matmul(self, prim, a, b):
     v = self.value_of(prim, (a, b), {})
     if np.asarray(concrete(v)).dtype.kind in "biu":
         return _exact_matmul(self, v, a, b)
-    # constants (weights) are points: their float64 bounds are only built where needed
-    alo, ahi, au, ap = (a.lo, a.hi, a.unstable, a.point) if self._own(a) else (None, None, None, True)
-    blo, bhi, bu, bp = (b.lo, b.hi, b.unstable, b.point) if self._own(b) else (None, None, None, True)
+    # constants (weights) are points: their float64 bounds are only built where needed, and
+    # pending bounds (``_CentredBounds``) of two interval operands are not written at all
+    au, ap = (a.unstable, a.point) if self._own(a) else (None, True)
+    bu, bp = (b.unstable, b.point) if self._own(b) else (None, True)
     pa, pb = self.primal_of(a), self.primal_of(b)
     try:
         in_dt = np.result_type(np.asarray(pa).dtype, np.asarray(pb).dtype)
@@ -1730,6 +1786,7 @@ def _matmul(self, prim, a, b):
     if self.matmul == "render":
         from fpx.kernels.render import render_matmul
         (alo, ahi, _, _), (blo, bhi, _, _) = self.bounds(a), self.bounds(b)
+        au, bu = a.unstable if self._own(a) else None, b.unstable if self._own(b) else None
         lo, hi = render_matmul(alo, ahi, blo, bhi, prec.input)
         return self.new(v, lo, hi, _matmul_unstable(au, bu, np.shape(lo)))
     F_in, F_prod, F_acc = prec.input, prec.compute, prec.accumulate
@@ -1739,6 +1796,15 @@ def _matmul(self, prim, a, b):
     src = _fmt_of(in_dt)
     rounded_inputs = src is not None and not _contains_format(F_in, src)   # e.g. tf32 inputs
     g64 = _gamma(K + 2, 2.0 ** -53)
+    if (small and not ap and not bp and not rounded_inputs and self.matmul != "exact-center"
+            and np.asarray(pa).dtype in (np.float32, np.float64) and np.ndim(pa) >= 1
+            and np.asarray(pb).dtype in (np.float32, np.float64) and np.ndim(pb) >= 1
+            and _bounds_ready(a) and _bounds_ready(b)):
+        y = _matmul_intervals(self, v, a, b, pa, pb, K, c, sp, prec, F_out)
+        if y is not None:
+            return y
+    alo, ahi = (a.lo, a.hi) if self._own(a) else (None, None)
+    blo, bhi = (b.lo, b.hi) if self._own(b) else (None, None)
     with np.errstate(all="ignore"):
         # value-centred fast path for an interval activation times constant weights: one fused
         # pass gives the left GEMM factor L and Σr, Σ(|v|+r), max(|v|+r); r_A and Â are
@@ -1761,31 +1827,6 @@ def _matmul(self, prim, a, b):
                 return _matmul_close(self, v, center, rad, absA, _LazyAbs(pb, blo, bhi, st[2]),
                                      K, c, prec, F_out, [(alo, ahi, pa), (blo, bhi, pb)],
                                      rounded_inputs, amax, None, au, bu, sp.cb)
-        if (small and not ap and not bp and not rounded_inputs and self.matmul != "exact-center"
-                and all(isinstance(z, np.ndarray) for z in (alo, ahi, blo, bhi))
-                and np.asarray(pa).dtype in (np.float32, np.float64) and np.ndim(pa) >= 1
-                and np.asarray(pb).dtype in (np.float32, np.float64) and np.ndim(pb) >= 1):
-            # both operands intervals (attention's Q·Kᵀ and P·V): value-centred, radius
-            # L_A @ B̂ + |A| @ r_B, each factor from one fused pass (NumPy took ~15), summed
-            # by one GEMM over 2K
-            La, sa = _K.mm_left(pa, alo, ahi, 2 * sp.alpha, stats=True)
-            Bh32, rb32, sb = _K.mm_right(pb, blo, bhi)
-            if (all(np.isfinite(sa)) and all(np.isfinite(sb))
-                    and bool(np.all(np.isfinite(concrete(v))))
-                    and (self.matmul == "fast" or sa[0] / max(sa[1], 1e-300) +
-                         sb[0] / max(sb[1], 1e-300) >= 4 * c)):
-                absA, amax = _abs_operand(pa, small, "absA")
-                # one GEMM over 2K: [L_A | |A|] @ [B̂ ; r_B] (as two, the radius took two
-                # more passes over the output to scale and add them)
-                rad = _gemm_upper_parts(np.concatenate((La, absA), axis=-1),
-                                        np.concatenate((Bh32, rb32), axis=-2), 2 * K, small,
-                                        1.0, absterm, bf16=True)
-                center = _centre_of(v)
-                rad = _out_rounding(self, sp.scaled(rad), center, F_out, F_acc)
-                return _matmul_close(self, v, center, rad, _LazyAbs(pa, alo, ahi, sa[2]), Bh32,
-                                     K, c, prec, F_out, [(alo, ahi, pa), (blo, bhi, pb)],
-                                     rounded_inputs, None, sb[2] * (1 + 2.0 ** -22), au, bu,
-                                     sp.cb)
         L, stats = _K.mm_left(pa, alo, ahi, 2 * sp.alpha, stats=True) if fused else (None, None)
         lazy_a = fused and all(np.isfinite(stats)) and stats[0] >= 4 * c * stats[1] * 1.01
         # radii around the program's operand values (point operands: 0, no array work)
@@ -1871,6 +1912,51 @@ def _matmul(self, prim, a, b):
                              [(alo, ahi, pa), (blo, bhi, pb)], rounded_inputs,
                              amax if a_pt and not lazy_a else None, bmax if b_pt else None,
                              au, bu, cb, bounds)
+
+
+def _bounds_ready(x):
+    """An interval operand's bounds are arrays or pending centred bounds (which the factor
+    passes read without writing them)."""
+    return isinstance(x._pending, _CentredBounds) or (isinstance(x.lo, np.ndarray)
+                                                       and isinstance(x.hi, np.ndarray))
+
+
+def _matmul_intervals(self, v, a, b, pa, pb, K, c, sp, prec, F_out):
+    """Both operands intervals (attention's Q·Kᵀ and P·V): value-centred, radius
+    L_A @ B̂ + |A| @ r_B, each factor from one fused pass (``_left_factor``,
+    ``_right_factor``: from pending centred bounds without writing them; NumPy took ~15),
+    summed by one GEMM over 2K. The result is pending (``_CentredBounds``) where, as a linear
+    layer's, the screen's factor 2 of room leaves no bound n_bad and nothing for the guard:
+    attention's scores then reach the softmax (through the scale's mul,
+    ``_CentredBounds.scaled``) without their bounds being written. None where it does not
+    apply (the caller's general path)."""
+    F_in, F_prod, F_acc = prec.input, prec.compute, prec.accumulate
+    La, sa = _left_factor(a, pa, 2 * sp.alpha)
+    Bh32, rb32, sb = _right_factor(b, pb)
+    if not (all(np.isfinite(sa)) and all(np.isfinite(sb))
+            and bool(np.all(np.isfinite(concrete(v))))
+            and (self.matmul == "fast" or sa[0] / max(sa[1], 1e-300) +
+                 sb[0] / max(sb[1], 1e-300) >= 4 * c)):
+        return None
+    absterm = 2 * K * (F_prod.smallest_subnormal + F_acc.smallest_subnormal)
+    with np.errstate(all="ignore"):
+        absA, amax = _abs_operand(pa, True, "absA")
+        # one GEMM over 2K: [L_A | |A|] @ [B̂ ; r_B] (as two, the radius took two more passes
+        # over the output to scale and add them)
+        rad = _gemm_upper_parts(np.concatenate((La, absA), axis=-1),
+                                np.concatenate((Bh32, rb32), axis=-2), 2 * K, True, 1.0,
+                                absterm, bf16=True)
+    center = _centre_of(v)
+    rad = _out_rounding(self, sp.scaled(rad), center, F_out, F_acc)
+    if (F_out.name == F_acc.name and F_acc.has_inf and a.unstable is None and b.unstable is None
+            and isinstance(v, np.ndarray) and v.ndim
+            and sa[2] * sb[2] * (1 + 2.0 ** -22) * K * (1.0 + c) * 2 <= F_acc.max):
+        return self.new_pending(v, _CentredBounds(center, rad, _acc_top(F_out, F_acc), sp.cb,
+                                                  -math.inf, v))
+    alo, ahi, blo, bhi = a.lo, a.hi, b.lo, b.hi
+    return _matmul_close(self, v, center, rad, _LazyAbs(pa, alo, ahi, sa[2]), Bh32, K, c, prec,
+                         F_out, [(alo, ahi, pa), (blo, bhi, pb)], False, None,
+                         sb[2] * (1 + 2.0 ** -22), a.unstable, b.unstable, sp.cb)
 
 
 @_rule("conv", "linear")
@@ -2008,11 +2094,16 @@ def _weighted_value_centred(self, prim, x, w, b, params):
             bounds = _around_split_centre(
                 vx.reshape(-1, wc.shape[-1]), wc.T, bc.astype(np.float64) if in_sum else None,
                 vx.shape[:-1] + (wc.shape[0],), rad[0], rad[1], rad[2] + absterm + split[3],
-                rad[1] / f * (c + _gamma(K + 2, 2.0 ** -53)), split, sp, K, absterm, top)
+                rad[1] / f * (c + _gamma(K + 2, 2.0 ** -53)), split, sp, K, absterm, top,
+                value=v if (F_out.name == F_acc.name and F_acc.has_inf
+                            and isinstance(v, np.ndarray) and v.ndim) else None)
             if bounds is None:
                 center, f2, absterm = _own_point_centre(self, prim, vx, wc, bc, in_sum, params,
                                                         K, sp, absterm)
                 rad = (rad[0], rad[1] / f * f2, rad[2] / f * f2)
+            elif isinstance(bounds, _ExactCentredBounds):   # pending: exact where forced
+                y = self.new_pending(v, bounds)
+                return y if b is None or in_sum else _bias_after(y, prim, wc, bc)
         if bounds is not None:
             (lo, hi), n_bad = bounds, 0
         else:
@@ -2050,11 +2141,56 @@ class _CentredBounds:
     GEMM factor straight from them (``mm_left_centred``): in a transformer's feed-forward
     block the bounds between its two GEMMs are then never written (at 8x128x2048 the GEMM's
     bounds, the ReLU's and the left factor's passes took ~9 ms, the fused pass ~3)."""
-    __slots__ = ("center", "rad", "top", "b", "floor", "value")
+    __slots__ = ("center", "rad", "top", "b", "floor", "value", "_maxima")
 
-    def __init__(self, center, rad, top, b, floor, value):
+    def __init__(self, center, rad, top, b, floor, value, maxima=None):
         self.center, self.rad, self.top, self.b = center, rad, top, b
-        self.floor, self.value = floor, value
+        self.floor, self.value, self._maxima = floor, value, maxima
+
+    def maxima(self):
+        """(max |center|, max R) or upper bounds of them (cached)."""
+        if self._maxima is None:
+            R = self.rad[0]
+            with np.errstate(all="ignore"):
+                self._maxima = (float(np.max(np.abs(self.center))) if np.size(self.center)
+                                else 0.0, float(np.max(R)) if np.size(R) else 0.0)
+        return self._maxima
+
+    def max_abs(self):
+        """An upper bound of every |bound| (NaN if an operand is): every bound is finite where
+        it is at most ``top`` (``center_bounds`` takes a bound past ``top`` to ±inf)."""
+        (cm, rm), (_, f, a) = self.maxima(), self.rad
+        with np.errstate(all="ignore"):
+            cb = (self.b + 8 * _E64) * (1 + 4 * _E64)
+            d = ((rm * float(np.max(f)) + float(np.max(a))) * (1 + 4 * _E64) + _TINY64) \
+                * (1 + 8 * _E64) + cm * cb + _TINY64
+            mag = _up(cm + d, 8)
+        return max(mag, abs(self.floor)) if self.floor > -math.inf else mag
+
+    def finite(self):
+        """Every bound is finite (``max_abs`` at most ``top``)."""
+        m = self.max_abs()
+        return m < math.inf and m <= self.top
+
+    def scaled(self, s, q, e, q0, e0, top, value):
+        """The bounds of ``fl(x·s)`` for a constant s, centred on its value ``value`` =
+        fl(c·s) computed here (``|fl(cs) - cs| <= q0·|cs| + e0``: round to nearest, q0 = 0
+        for a power of two), where an execution's mul rounds with ``|fl(z) - z| <= q·|z| +
+        e``; None where a ReLU's floor was folded in or the value is not this centre's
+        product. With x in c ± d, d = R·f + a + b·|c|: |y - v'| <= |y - xs| + |xs - cs| +
+        |cs - v'| <= |s|·d·(1 + q) + (q + q0)·|cs| + e + e0 and |cs| <= (|v'| + e0)/(1 - q0):
+        R stays, f and a scale by |s|·(1 + q), b becomes b' = ((1 + q)·b + q + q0)/(1 - q0),
+        and a gains b'·e0 + e + e0."""
+        if not (self.floor == -math.inf and self.center is self.value and q < 0.5
+                and q0 < 0.5):
+            return None
+        _, f, a = self.rad
+        g = abs(s) * (1 + q)
+        b2 = _up(((1 + q) * self.b + q + q0) / (1 - q0), 5)
+        cm, rm = self.maxima()
+        return _CentredBounds(value, (self.rad[0], _up(f * g, 3),
+                                      _up(a * g + b2 * e0 + e + e0, 6)),
+                              top, b2, -math.inf, value, (_up(cm * abs(s) * (1 + q0) + e0, 4), rm))
 
     def __call__(self, c):
         lo, hi, n_bad = _K.center_bounds(self.center, *self.rad, self.top, self.b,
@@ -2065,7 +2201,7 @@ class _CentredBounds:
 
     def floored(self, c, value):
         return _CentredBounds(self.center, self.rad, self.top, self.b, max(self.floor, c),
-                              value)
+                              value, self._maxima)
 
     def moved(self, move, value, keeps_columns):
         """The same bounds after a reshape or transpose ``move`` of the result (``value``
@@ -2076,7 +2212,40 @@ class _CentredBounds:
         if any(np.ndim(z) and np.shape(z) != np.shape(concrete(value)) and not keeps_columns
                for z in rad):
             return None
-        return _CentredBounds(move(self.center), rad, self.top, self.b, self.floor, value)
+        # a centre that is the value is the moved value (no copy of its own)
+        center = value if self.center is self.value else move(self.center)
+        return _CentredBounds(center, rad, self.top, self.b, self.floor, value, self._maxima)
+
+
+class _ExactCentredBounds(_CentredBounds):
+    """A ``_CentredBounds`` about the value (a ball, which a value-centred factor or the
+    softmax reads) whose own bounds, forced (also after a ReLU or a move), are tighter:
+    ``exact(floor)`` -- a point linear layer's split-K bounds, ~1/sqrt(K) narrower than the
+    ball about its value, which they would otherwise become downstream."""
+    __slots__ = ("exact",)
+
+    def __init__(self, *args, exact):
+        super().__init__(*args)
+        self.exact = exact
+
+    def __call__(self, c):
+        return self.exact(max(self.floor, c))
+
+    def floored(self, c, value):
+        exact, c = self.exact, max(self.floor, c)
+        return _ExactCentredBounds(self.center, self.rad, self.top, self.b, c, value,
+                                   self._maxima, exact=lambda c2: exact(max(c, c2)))
+
+    def moved(self, move, value, keeps_columns):
+        ball, exact = super().moved(move, value, keeps_columns), self.exact
+        if ball is None:
+            return None
+        return _ExactCentredBounds(ball.center, ball.rad, ball.top, ball.b, ball.floor, value,
+                                   ball._maxima,
+                                   exact=lambda c: tuple(move(z) for z in exact(c)))
+
+    def scaled(self, *args):
+        return None            # (the mul rule, on the exact bounds)
 
 
 def _left_factor(x, v, c2):
@@ -2088,6 +2257,17 @@ def _left_factor(x, v, c2):
         if r is not None:
             return r
     return _K.mm_left(v, x.lo, x.hi, c2, stats=True)
+
+
+def _right_factor(x, v):
+    """``mm_right(v, x.lo, x.hi)``, in one pass from pending centred bounds
+    (``_CentredBounds`` of this value) without writing them."""
+    p = x._pending
+    if isinstance(p, _CentredBounds) and p.value is v:
+        r = _K.mm_right_centred(v, p.center, *p.rad, p.top, p.b, p.floor)
+        if r is not None:
+            return r
+    return _K.mm_right(v, x.lo, x.hi)
 
 
 def _own_point_centre(self, prim, x, w, b, in_sum, params, K, sp, absterm):
@@ -2368,24 +2548,31 @@ def _softmax(self, prim, x, *, axis=-1):
     accuracies for sub/exp/div are constants and the input bounds are finite; elsewhere the
     decomposition runs ("where the policy allows"), and for point inputs and float64 programs
     (where the decomposition is as tight)."""
-    lo, hi, u, pt = self.bounds(x)
-    dt = np.asarray(concrete(self.primal_of(x))).dtype
+    vx = concrete(self.primal_of(x))
+    dt = np.asarray(vx).dtype
+    # pending centred bounds (attention's scores), all finite, rows along the last axis: the
+    # kernel computes them row by row, not written (``softmax_bounds_centred``)
+    cen = x._pending if self._own(x) and x.unstable is None else None
+    if not (isinstance(cen, _CentredBounds) and np.ndim(vx) > 0 and axis % np.ndim(vx)
+            == np.ndim(vx) - 1 and _K.rows_of(cen.center, *cen.rad) and cen.finite()):
+        cen = None
+    lo, hi, u, pt = (None, None, None, False) if cen is not None else self.bounds(x)
     F = _fmt_of(dt)
     accs = None
     # point inputs gain nothing over the decomposition, and float64 programs need more
     # precision than the float64 evaluation of this bound has: decomposition there
-    if F is not None and F.p < 53 and not pt and not _is_cupy(lo) and np.ndim(lo) > 0 and \
-            _K.any_differ(lo, hi):
+    if F is not None and F.p < 53 and (cen is not None or (
+            not pt and not _is_cupy(lo) and np.ndim(lo) > 0 and _K.any_differ(lo, hi))):
         accs = [self.accuracy(n, F) for n in ("sub", "exp", "div")]
         Facc = self.policy.resolve("reduce_sum", dt).accumulate
         if any(a.input_dependent for a in accs) or \
                 self.accuracy("reduce_sum", Facc).input_dependent:
             accs = None
-    if accs is None or not (_all_finite(lo) and _all_finite(hi)):
+    if accs is None or not (cen is not None or (_all_finite(lo) and _all_finite(hi))):
         return prim.decomposition(x, axis=axis)
     v = self.value_of(prim, (x,), {"axis": axis})
-    ax = axis % np.ndim(lo)
-    n = np.shape(lo)[ax]
+    ax = axis % np.ndim(vx)
+    n = np.shape(vx)[ax]
     (r_s, a_s), (r_e, a_e), (r_d, a_d) = (_rel_abs(a, F) for a in accs)
     gam = self.gamma(max(n - 1, 0), _acc_delta(self, "reduce_sum", Facc))
     beta = n * Facc.smallest_subnormal
@@ -2397,6 +2584,13 @@ def _softmax(self, prim, x, *, axis=-1):
     if not dlow > 0:
         return prim.decomposition(x, axis=axis)
     un = None if u is None else np.broadcast_to(np.any(u, axis=ax, keepdims=True), np.shape(lo))
+    if cen is not None and n > 0:
+        ylo, yhi = _K.softmax_bounds_centred(cen.center, *cen.rad, cen.top, cen.b, cen.floor,
+                                             r_s, a_s, k, r_e, a_e, r_d, a_d, dlow, dhigh,
+                                             _gamma(n + 2, 2.0 ** -53), _LIBM64_ULPS)
+        return self.new(v, ylo, yhi)
+    if cen is not None:
+        lo, hi = x.lo, x.hi
     if isinstance(lo, np.ndarray) and isinstance(hi, np.ndarray) and n > 0:
         # the same bound, one row at a time in a compiled loop (kernels/interval.py)
         lo_t, hi_t = np.moveaxis(lo, ax, -1), np.moveaxis(hi, ax, -1)
@@ -2473,8 +2667,11 @@ def _sdpa(self, prim, q, k, v, mask=None, *, is_causal, scale):
     has a row of -inf scores: PyTorch's safe-softmax masking (a comparison, a reduction and
     two selections over the whole score block) is then the identity and is skipped."""
     s = _nn._sdpa_scores(q, k, mask, is_causal, scale)
-    safe = not (self._own(s) and isinstance(s.lo, np.ndarray) and isinstance(s.hi, np.ndarray)
-                and _all_finite(s.lo) and _all_finite(s.hi))
+    if self._own(s) and isinstance(s._pending, _CentredBounds):   # (not written: scalars)
+        safe = not s._pending.finite()
+    else:
+        safe = not (self._own(s) and isinstance(s.lo, np.ndarray)
+                    and isinstance(s.hi, np.ndarray) and _all_finite(s.lo) and _all_finite(s.hi))
     return _nn._sdpa_finish(s, v, safe=safe)
 
 

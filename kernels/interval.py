@@ -47,6 +47,7 @@ import numpy as np
 from numba import types
 from numba.extending import overload
 
+
 _E = 2.0 ** -52
 _TINY = 5e-324
 _MAX = 1.7976931348623157e308
@@ -500,20 +501,51 @@ def mm_left(v, lo, hi, c2, stats=False):
     return L, (s_r, s_a, m)
 
 
+@numba.njit(inline="always", error_model="numpy")
+def _right_elem(vv, l, h):
+    """(B̂, r_B, nan) of one element as float32 upper bounds: see ``mm_right``."""
+    r1, r2 = vv - l, h - vv
+    r0 = r1 if r1 > r2 else r2
+    r, a = _radius_abs_up(vv, r0)
+    zero = (vv == 0.0) & (r0 == 0.0)          # exact zeros stay 0 (see mm_left)
+    return (np.float32(0.0) if zero else _f32_up(a), np.float32(0.0) if zero else _f32_up(r),
+            (r1 != r1) | (r2 != r2))
+
+
 @numba.njit(cache=True, error_model="numpy")
 def _mm_right_loop(v, lo, hi, bh, rb):
     n_nan = 0
     for i in range(bh.shape[0]):
         for j in range(bh.shape[1]):
-            vv = np.float64(_at(v, i, j))
-            r1, r2 = vv - _at(lo, i, j), _at(hi, i, j) - vv
-            n_nan += (r1 != r1) | (r2 != r2)
-            r0 = r1 if r1 > r2 else r2
-            r, a = _radius_abs_up(vv, r0)
-            zero = (vv == 0.0) & (r0 == 0.0)          # exact zeros stay 0 (see mm_left)
-            rb[i, j] = np.float32(0.0) if zero else _f32_up(r)
-            bh[i, j] = np.float32(0.0) if zero else _f32_up(a)
+            bh[i, j], rb[i, j], nan = _right_elem(np.float64(_at(v, i, j)), _at(lo, i, j),
+                                                  _at(hi, i, j))
+            n_nan += nan
     return n_nan
+
+
+@numba.njit(cache=True, error_model="numpy")
+def _mm_right_centred_loop(v, c, R, f, a, cb, top, floor, bh, rb):
+    for i in range(bh.shape[0]):
+        for j in range(bh.shape[1]):
+            lo, hi, _ = _centred(np.float64(_at(c, i, j)), np.float64(_at(R, i, j)),
+                                 _at(f, i, j), _at(a, i, j), cb, top, floor)
+            bh[i, j], rb[i, j], _ = _right_elem(np.float64(_at(v, i, j)), lo, hi)
+
+
+def mm_right_centred(v, c, R, f, a, top, b, floor):
+    """``mm_right(v, lo, hi)`` of the bounds ``center_bounds(c, R, f, a, top, b, floor)`` in
+    one pass, bit for bit, without writing them (attention's head-split K and V); None where
+    a bound is not finite (the caller takes ``mm_right``). As ``mm_left_centred``, the
+    caller makes sure no element is ``n_bad``."""
+    args, (bh, rb), shape, (rbh, rrb) = _flat((v, c, R, f, a), (np.float32, np.float32))
+    cb = (float(b) + 8 * _E) * (1.0 + 4 * _E)
+    _mm_right_centred_loop(*args, cb, float(top), float(floor), bh, rb)
+    m = float(bh.max()) if bh.size else 0.0     # B̂ >= |v| + r elementwise; inf, NaN: bad
+    if not m < math.inf:
+        return None
+    s_r, s_a = _centred_sample_sums(*args, cb, float(top), float(floor), bh.shape[0],
+                                    bh.shape[1], max(1, bh.shape[0] // 32))
+    return _result(rbh, shape), _result(rrb, shape), (s_r, s_a, m)
 
 
 def mm_right(v, lo, hi):
@@ -661,6 +693,48 @@ def _split_center_loop(c1, c2, c3, R, f, a, cb, sb, f_cap, top, lo, hi, wide):
         else:
             n_wide += row_wide
     return n_bad, n_wide
+
+
+@numba.njit(cache=True, error_model="numpy")
+def _split_ball_loop(c1, c2, c3, R, f, a, cb, sb, f_cap, v, r32, wide):
+    n_bad = 0
+    n_wide = 0
+    cols = r32.shape[1]
+    for i in range(r32.shape[0]):
+        row_wide = 0
+        for j in range(cols):
+            cc, d, rr = _split_elem(c1, c2, c3, R, f, a, cb, sb, i, j)
+            row_wide += d > rr * f_cap + _at(a, i, j)
+            vv = np.float64(_at(v, i, j))
+            r = (abs(vv - cc) + d) * (1.0 + 4 * _E)   # >= max(v - lo, hi - v): two roundings
+            r32[i, j] = _f32_up(r)
+            n_bad += (abs(cc) == math.inf) | (cc != cc) | (abs(vv) == math.inf) | (vv != vv) \
+                | ~(r <= 3.0e38)
+        if row_wide and n_wide + row_wide <= wide.shape[0]:
+            for j in range(cols):        # rare: where, for the caller's exact centres
+                cc, d, rr = _split_elem(c1, c2, c3, R, f, a, cb, sb, i, j)
+                if d > rr * f_cap + _at(a, i, j):
+                    wide[n_wide] = i * cols + j
+                    n_wide += 1
+        else:
+            n_wide += row_wide
+    return n_bad, n_wide
+
+
+def split_ball(c1, c2, c3, R, f, a, b, sb, f_cap, v, max_wide=0):
+    """(r, n_bad, wide) for ``split_center_bounds``' bounds around the value ``v`` instead:
+    a float32 ``r >= max(v - lo, hi - v)`` (before ``top``), so that ``center_bounds(v, r,
+    1, 0, top)`` contains them (4 bytes per element written instead of 16: a point linear
+    layer whose result attention's head split moves). ``n_bad`` also counts non-finite
+    values and radii past float32's range; ``wide`` as ``split_center_bounds``'."""
+    (c1, c2, c3, R, f, a, v), (r32,), shape, (rr,) = _flat((c1, c2, c3, R, f, a, v),
+                                                            (np.float32,))
+    cb = (float(b) + 8 * _E) * (1.0 + 4 * _E)
+    wide = np.empty(max_wide, np.int64)
+    n_bad, n_wide = _split_ball_loop(c1, c2, c3, R, f, a, cb, float(sb) * (1.0 + 4 * _E),
+                                     float(f_cap), v, r32, wide)
+    ok = n_wide <= max_wide and rr.flags.c_contiguous
+    return _result(rr, shape), n_bad, wide[:n_wide] if ok else None
 
 
 def split_center_bounds(c1, c2, c3, R, f, a, top, b, sb, f_cap, max_wide=0):
@@ -826,25 +900,43 @@ def _row_dot(x, y):
     return ((a0 + a1) + (a2 + a3)) + ((a4 + a5) + (a6 + a7))
 
 
+@numba.njit(inline="always", error_model="numpy")
+def _shift_row(lo_i, hi_i, r_s, a_s, k, dl_i, dh_i):
+    """One row of a finite box: the box widened by the subtraction's rounding, minus its
+    largest upper end (dl <= dh <= 0, the arguments of the exps); dl_i/dh_i may be lo_i/hi_i.
+    Elementwise loops between lane-parallel maxima: they vectorize."""
+    mlo, mhi = _row_max(lo_i), _row_max(hi_i)
+    for j in range(lo_i.shape[0]):
+        dist = max(abs(lo_i[j] - mhi), abs(hi_i[j] - mlo))
+        pert = (r_s * dist + a_s) * (1 + k)
+        a, b = lo_i[j] - pert, hi_i[j] + pert
+        dl_i[j] = a - k * abs(a) - _TINY
+        dh_i[j] = b + k * abs(b) + _TINY
+    m = _row_max(dh_i)
+    for j in range(lo_i.shape[0]):
+        dl_i[j] -= m
+        dh_i[j] -= m
+
+
 @numba.njit(cache=True, error_model="numpy")
 def _softmax_shift(lo, hi, r_s, a_s, k, dl, dh):
-    """Per row of a finite box: the box widened by the subtraction's rounding, minus its
-    largest upper end (dl <= dh <= 0, the arguments of the exps). Elementwise loops between
-    lane-parallel maxima: they vectorize."""
-    rows, n = lo.shape
+    """``_shift_row`` of every row."""
+    for i in range(lo.shape[0]):
+        _shift_row(lo[i], hi[i], r_s, a_s, k, dl[i], dh[i])
+
+
+@numba.njit(cache=True, error_model="numpy")
+def _softmax_shift_centred(c, R, f, a, cb, top, floor, r_s, a_s, k, dl, dh):
+    """``_shift_row`` of every row of the bounds ``center_bounds(c, R, f, a, top, b, floor)``,
+    each row's bounds made in dl/dh first (a row stays in L1; the bounds are never written
+    to memory as a whole)."""
+    rows, n = dl.shape
     for i in range(rows):
-        lo_i, hi_i, dl_i, dh_i = lo[i], hi[i], dl[i], dh[i]
-        mlo, mhi = _row_max(lo_i), _row_max(hi_i)
+        dl_i, dh_i = dl[i], dh[i]
         for j in range(n):
-            dist = max(abs(lo_i[j] - mhi), abs(hi_i[j] - mlo))
-            pert = (r_s * dist + a_s) * (1 + k)
-            a, b = lo_i[j] - pert, hi_i[j] + pert
-            dl_i[j] = a - k * abs(a) - _TINY
-            dh_i[j] = b + k * abs(b) + _TINY
-        m = _row_max(dh_i)
-        for j in range(n):
-            dl_i[j] -= m
-            dh_i[j] -= m
+            dl_i[j], dh_i[j], _ = _centred(np.float64(_at(c, i, j)), np.float64(_at(R, i, j)),
+                                           _at(f, i, j), _at(a, i, j), cb, top, floor)
+        _shift_row(dl_i, dh_i, r_s, a_s, k, dl_i, dh_i)
 
 
 @numba.njit(cache=True, error_model="numpy")
@@ -958,11 +1050,42 @@ def softmax_bounds(lo, hi, r_s, a_s, k, r_e, a_e, r_d, a_d, dlow, dhigh, g64, li
     hi2 = np.ascontiguousarray(hi, np.float64).reshape(-1, shape[-1])
     dl, dh = np.empty(lo2.shape), np.empty(lo2.shape)
     _softmax_shift(lo2, hi2, float(r_s), float(a_s), float(k), dl, dh)
+    return _softmax_finish(dl, dh, shape, r_e, a_e, r_d, a_d, dlow, dhigh, g64, k, libm)
+
+
+def _softmax_finish(dl, dh, shape, r_e, a_e, r_d, a_d, dlow, dhigh, g64, k, libm):
     el, eh = np.exp(dl), np.exp(dh)
-    ylo, yhi = np.empty(lo2.shape), np.empty(lo2.shape)
+    ylo, yhi = np.empty(dl.shape), np.empty(dl.shape)
     _softmax_rows(dl, dh, el, eh, float(r_e), float(a_e), float(r_d), float(a_d), float(dlow),
                   float(dhigh), float(g64), float(k), float(libm), ylo, yhi)
     return ylo.reshape(shape), yhi.reshape(shape)
+
+
+def rows_of(c, R, f, a):
+    """Whether ``center_bounds(c, R, f, a, ...)`` can be read row by row along the last axis
+    by ``softmax_bounds_centred``: c and R C-contiguous arrays of one shape, f and a scalars
+    or rows of the last axis's length."""
+    shape = np.shape(c)
+    return (isinstance(c, np.ndarray) and isinstance(R, np.ndarray) and len(shape) > 0
+            and R.shape == shape and c.flags.c_contiguous and R.flags.c_contiguous
+            and all(np.ndim(z) == 0 or (isinstance(z, np.ndarray) and z.shape == shape[-1:]
+                                        and z.flags.c_contiguous) for z in (f, a)))
+
+
+def softmax_bounds_centred(c, R, f, a, top, b, floor, r_s, a_s, k, r_e, a_e, r_d, a_d, dlow,
+                           dhigh, g64, libm):
+    """``softmax_bounds`` of the bounds ``center_bounds(c, R, f, a, top, b, floor)`` (laid out
+    as ``rows_of`` says; the caller makes sure they are all finite) without writing them:
+    pending value-centred attention scores (one pass less over 16 bytes per score)."""
+    shape = c.shape
+    n = shape[-1]
+    c2, R2 = c.reshape(-1, n), R.reshape(-1, n)
+    f2, a2 = (float(z) if np.ndim(z) == 0 else z for z in (f, a))
+    dl, dh = np.empty(c2.shape), np.empty(c2.shape)
+    cb = (float(b) + 8 * _E) * (1.0 + 4 * _E)
+    _softmax_shift_centred(c2, R2, f2, a2, cb, float(top), float(floor), float(r_s), float(a_s),
+                           float(k), dl, dh)
+    return _softmax_finish(dl, dh, shape, r_e, a_e, r_d, a_d, dlow, dhigh, g64, k, libm)
 
 
 @numba.njit(cache=True, error_model="numpy")

@@ -2894,3 +2894,162 @@ def test_left_factor_of_an_infinite_radius_is_never_small():
     assert np.isnan(L[0, 0]) and np.isnan(st).all()
     L, st = K.mm_left(v, lo, hi, 1e-7, stats=True)
     assert L[0, 0] == np.inf and st[2] == np.inf
+
+
+@pytest.mark.parametrize("floor", [-np.inf, 0.0])
+def test_centred_factor_and_softmax_kernels_equal_their_two_passes(floor):
+    """``mm_right_centred`` and ``softmax_bounds_centred`` (pending centred bounds read
+    without writing them: attention's K and V, its scores) equal ``center_bounds`` then
+    ``mm_right`` / ``softmax_bounds`` bit for bit, with a per-column ``a`` (a bias row),
+    zeros and -0.0; a NaN or infinite centre or an infinite radius gives None for the
+    factor."""
+    from fpx.kernels import interval as K
+    rng = np.random.default_rng(11)
+    c = (rng.standard_normal((6, 5, 33)) * 3).astype(np.float32)
+    c[0, 0, :4] = [0.0, -0.0, 1e-30, -1e-30]
+    R = (np.abs(rng.standard_normal(c.shape)) * 1e-3).astype(np.float32)
+    R[1, 0, :3] = 0.0
+    a = np.abs(rng.standard_normal(33)) * 1e-6
+    v = np.maximum(c, np.float32(floor)) if floor > -np.inf else c
+    sm = (1e-7, 1e-45, 1e-15, 3e-7, 1e-45, 6e-8, 1e-45, 0.999, 1.001, 1e-13, 4)
+    for aa in (a, 1e-9):
+        lo, hi, n_bad = K.center_bounds(c, R, 1.0001, aa, 3.4e38, 1e-7, floor)
+        assert n_bad == 0
+        r1, r2 = K.mm_right_centred(v, c, R, 1.0001, aa, 3.4e38, 1e-7, floor), \
+            K.mm_right(v, lo, hi)
+        for x, y in zip(r1[:2], r2[:2]):
+            assert np.array_equal(x.view(np.uint32), y.view(np.uint32))
+        assert r1[2] == r2[2]
+        s1 = K.softmax_bounds_centred(c, R, 1.0001, aa, 3.4e38, 1e-7, floor, *sm)
+        s2 = K.softmax_bounds(lo, hi, *sm)
+        assert all(np.array_equal(x, y) for x, y in zip(s1, s2))
+        assert K.rows_of(c, R, 1.0001, aa)
+    assert not K.rows_of(c, R.transpose(1, 0, 2), 1.0, 0.0)
+    assert not K.rows_of(c, R, 1.0, a[:5])
+    for bad in (np.nan, np.inf):
+        cb = c.copy()
+        cb[2, 2, 2] = bad
+        assert K.mm_right_centred(cb, cb, R, 1.0, 0.0, np.inf, 0.0, -np.inf) is None
+    Rb = R.copy()
+    Rb[3, 3, 3] = np.inf
+    assert K.mm_right_centred(v, c, Rb, 1.0, 0.0, np.inf, 0.0, floor) is None
+
+
+def test_split_ball_contains_the_split_bounds():
+    """``split_ball``: a float32 radius about the value that covers the split-K bounds of
+    ``split_center_bounds`` elementwise (|v - c| + d, rounded up), the same wide elements;
+    a non-finite value or centre counts as bad."""
+    from fpx.kernels import interval as K
+    rng = np.random.default_rng(5)
+    c1, c2 = (rng.standard_normal((40, 70)).astype(np.float32) for _ in range(2))
+    c3 = rng.standard_normal(70)
+    R = (np.abs(rng.standard_normal((40, 70))) * 1e-4).astype(np.float32)
+    v = (c1.astype(np.float64) + c2 + c3).astype(np.float32)
+    v[0, 0] = np.nextafter(v[0, 0], np.float32(np.inf))
+    lo, hi, n_bad, wide = K.split_center_bounds(c1, c2, c3, R, 1.0, 1e-9, np.inf, 1e-7, 1e-7,
+                                                1.5, 100)
+    r, n_bad2, wide2 = K.split_ball(c1, c2, c3, R, 1.0, 1e-9, 1e-7, 1e-7, 1.5, v, 100)
+    assert n_bad == n_bad2 == 0 and r.dtype == np.float32
+    assert np.array_equal(wide, wide2) and wide.size
+    vd, rd = v.astype(np.float64), r.astype(np.float64)
+    assert np.all(vd - rd <= lo) and np.all(hi <= vd + rd)
+    # a tight ball: not wider than the bounds plus the value's distance from their centre
+    mid = (lo + hi) / 2
+    assert np.all(rd <= (np.abs(vd - mid) + (hi - lo) / 2) * (1 + 1e-6))
+    vb = v.copy()
+    vb[3, 3] = np.inf
+    assert K.split_ball(c1, c2, c3, R, 1.0, 1e-9, 1e-7, 1e-7, 1.5, vb, 100)[1] == 1
+
+
+def _attention_block(rng, d=64, heads=4, seq=24, batch=2):
+    import fpx.nn as fnn
+    w_in = (rng.standard_normal((3 * d, d)) / 8).astype(np.float32)
+    b_in = rng.standard_normal(3 * d).astype(np.float32) / 4
+    w_out = (rng.standard_normal((d, d)) / 8).astype(np.float32)
+
+    def f(x):                                        # torch's MHA layout, as traced
+        y = fnn.linear(fnp.transpose(x, (1, 0, 2)), w_in, b_in, bias_in_sum=True)
+        y = fnp.transpose(fnp.reshape(y, (seq, batch, 3, d)), (2, 0, 1, 3))
+        q, k, v = (fnp.reshape(fnp.transpose(fnp.reshape(y[i], (seq, batch * heads, d // heads)),
+                                             (1, 0, 2)), (batch, heads, seq, d // heads))
+                   for i in range(3))
+        o = fnn.scaled_dot_product_attention(q, k, v)
+        o = fnp.reshape(fnp.transpose(o, (2, 0, 1, 3)), (seq * batch, d))
+        return fnn.linear(o, w_out, None), y
+    return f, rng.standard_normal((batch, seq, d)).astype(np.float32)
+
+
+def test_attention_keeps_its_bounds_pending():
+    """A point in-projection (split-K) through the head split into attention: its bounds
+    stay pending -- a float32 ball about the value through the moves (``split_ball``), the
+    scores' centred bounds through the scale (``_CentredBounds.scaled``) into the softmax
+    (``softmax_bounds_centred``), K and V's factors from the ball (``mm_right_centred``) --
+    and the result is the eager rules' within 1e-4 of their widths, containing them where
+    the ball is not involved: the in-projection's own output (forced: its exact split-K
+    bounds, bit for bit, after the moves too) and the value; float64 executions inside."""
+    from fpx.kernels import interval as K
+    rng = np.random.default_rng(17)
+    f, x = _attention_block(rng)
+    names = ("split_ball", "mm_right_centred", "softmax_bounds_centred", "mm_left_centred")
+    real = {n: getattr(K, n) for n in names}
+    calls = collections.Counter()
+    try:
+        for n in names:
+            setattr(K, n, (lambda n: lambda *a: calls.update([n]) or real[n](*a))(n))
+        out, y = fpx.interval(f)(x)
+    finally:
+        for n in names:
+            setattr(K, n, real[n])
+    assert all(calls[n] for n in names), calls
+    ref, yref = _without_pending_bounds(f, x)
+    assert np.array_equal(y.lo, yref.lo) and np.array_equal(y.hi, yref.hi)
+    assert np.array_equal(np.asarray(out.value), np.asarray(ref.value))
+    w, wr = out.hi - out.lo, ref.hi - ref.lo
+    assert np.all(np.abs(w / wr - 1) < 1e-4)
+    assert out.contains(out.value).all()
+    f64 = f(x.astype(np.float64))[0]
+    assert out.contains(f64).all()
+
+
+@pytest.mark.parametrize("s", [0.125, -0.5, 3.0, 0.3, 1e-30, 2.0 ** 127])
+def test_a_scaled_pending_gemm_stays_pending_and_sound(s):
+    """``x·s`` of a value-centred GEMM's pending bounds (attention's scaled scores) folds s
+    into them (``_CentredBounds.scaled``): the eager mul rule's bounds within 1e-6 of their
+    width and the values equal for moderate s (a power of two centres exactly; others carry
+    the centre's rounding, within 1e-3 here); where the product underflows the radius keeps its absolute
+    term, and where it may overflow (|s| = 2^127) the mul rule runs (bit for bit)."""
+    import fpx.nn as fnn
+    rng = np.random.default_rng(2)
+    x = rng.standard_normal((3, 16, 64)).astype(np.float32)
+    w = (rng.standard_normal((64, 64)) / 8).astype(np.float32)
+    xi = fpx.Interval.around(x, rel=1e-3)
+    f = lambda h: fnp.multiply(fnp.matmul(h, fnp.transpose(h, (0, 2, 1))), np.float32(s))
+    g = lambda h: fnp.multiply(fnn.linear(h, w), np.float32(s))
+    import sys
+    cls = sys.modules["fpx.interval"]._CentredBounds
+    real, folds = cls.scaled, []
+    for prog in (f, g):
+        try:
+            cls.scaled = lambda self, *a: folds.append(real(self, *a)) or folds[-1]
+            with np.errstate(all="ignore"):
+                out = fpx.interval(prog)(xi)
+        finally:
+            cls.scaled = real
+        with np.errstate(all="ignore"):
+            ref = _without_pending_bounds(prog, xi)
+        assert folds and folds[-1] is not None     # (the overflow screen comes after)
+        assert np.array_equal(np.asarray(out.value), np.asarray(ref.value))
+        if abs(s) > 1e30:
+            assert np.array_equal(out.lo, ref.lo) and np.array_equal(out.hi, ref.hi)
+            continue
+        assert out.contains(out.value).all()
+        w_out, w_ref = out.hi - out.lo, ref.hi - ref.lo
+        if s == 1e-30:       # products near float32's subnormals: both keep 2^-150 terms
+            assert np.all(w_out >= w_ref * (1 - 1e-6))
+        else:                # (0.3: the centre's own rounding, 2^-24·|v| more per side)
+            tol = 1e-6 if math.frexp(s)[0] in (0.5, -0.5) else 1e-3
+            assert np.all(np.abs(w_out / w_ref - 1) < tol)
+        # float64 executions at the box's corners lie inside
+        for t in (-1, 1):
+            xc = x.astype(np.float64) * (1 + t * 1e-3)
+            assert out.contains(prog(xc)).all()
