@@ -669,6 +669,21 @@ def _split_elem(c1, c2, c3, R, f, a, cb, sb, i, j):
     return cc, d, rr
 
 
+@numba.njit(inline="always", error_model="numpy")
+def _row_wide(c1, c2, c3, R, f, a, cb, sb, f_cap, i, cols, row_wide, n_wide, wide):
+    """The split-K loops' count of wide elements after row i (``row_wide`` of them): their
+    flat indices appended to ``wide`` while it has room (rare: where, for the caller's exact
+    centres), else only counted."""
+    if row_wide and n_wide + row_wide <= wide.shape[0]:
+        for j in range(cols):
+            cc, d, rr = _split_elem(c1, c2, c3, R, f, a, cb, sb, i, j)
+            if d > rr * f_cap + _at(a, i, j):
+                wide[n_wide] = i * cols + j
+                n_wide += 1
+        return n_wide
+    return n_wide + row_wide
+
+
 @numba.njit(cache=True, error_model="numpy")
 def _split_center_loop(c1, c2, c3, R, f, a, cb, sb, f_cap, top, lo, hi, wide):
     n_bad = 0
@@ -684,14 +699,8 @@ def _split_center_loop(c1, c2, c3, R, f, a, cb, sb, f_cap, top, lo, hi, wide):
             z = cc + d
             hi[i, j] = math.inf if z > top else z
             n_bad += (abs(cc) == math.inf) | (cc != cc) | (d == math.inf) | (y != y) | (z != z)
-        if row_wide and n_wide + row_wide <= wide.shape[0]:
-            for j in range(cols):        # rare: where, for the caller's exact centres
-                cc, d, rr = _split_elem(c1, c2, c3, R, f, a, cb, sb, i, j)
-                if d > rr * f_cap + _at(a, i, j):
-                    wide[n_wide] = i * cols + j
-                    n_wide += 1
-        else:
-            n_wide += row_wide
+        n_wide = _row_wide(c1, c2, c3, R, f, a, cb, sb, f_cap, i, cols, row_wide, n_wide,
+                           wide)
     return n_bad, n_wide
 
 
@@ -710,14 +719,8 @@ def _split_ball_loop(c1, c2, c3, R, f, a, cb, sb, f_cap, v, r32, wide):
             r32[i, j] = _f32_up(r)
             n_bad += (abs(cc) == math.inf) | (cc != cc) | (abs(vv) == math.inf) | (vv != vv) \
                 | ~(r <= 3.0e38)
-        if row_wide and n_wide + row_wide <= wide.shape[0]:
-            for j in range(cols):        # rare: where, for the caller's exact centres
-                cc, d, rr = _split_elem(c1, c2, c3, R, f, a, cb, sb, i, j)
-                if d > rr * f_cap + _at(a, i, j):
-                    wide[n_wide] = i * cols + j
-                    n_wide += 1
-        else:
-            n_wide += row_wide
+        n_wide = _row_wide(c1, c2, c3, R, f, a, cb, sb, f_cap, i, cols, row_wide, n_wide,
+                           wide)
     return n_bad, n_wide
 
 
