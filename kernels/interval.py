@@ -25,7 +25,11 @@ rounding error and map overflow to infinity; these do it in one pass per bound.
   2^-1074)`` with ``rad = scale_up(R, f, a)`` computed on the fly (the GEMM radius needs no array of its own),
   overflow past ``top`` mapped to ∓inf; both bounds in one pass.
 * ``split_center_bounds(c1, c2, c3, R, f, a, top, b, sb, f_cap)``: the same around a centre
-  given in parts (a split-K GEMM's two float32 blocks and a bias), plus ``sb·Σ|c_i|``.
+  given in parts (a split-K GEMM's two float32 blocks and a bias), plus ``sb·Σ|c_i|``;
+  ``split_ball``: a float32 radius about the program's value that covers them.
+* ``*_centred`` (``mm_left_centred``, ``mm_right_centred``, ``softmax_bounds_centred``): a
+  consumer's pass over pending ``center_bounds`` computed on the fly, bit for bit the two
+  passes, without writing the bounds.
 
 Each is one compiled loop over (rows, last axis) blocks of contiguous memory (the inner loop
 vectorizes; a numba ``vectorize`` ufunc calls its scalar kernel per element and ran ~5x
