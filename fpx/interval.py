@@ -2152,7 +2152,8 @@ class _CentredBounds:
         if self._maxima is None:
             R = self.rad[0]
             with np.errstate(all="ignore"):
-                self._maxima = (float(np.max(np.abs(self.center))) if np.size(self.center)
+                c = self.center        # (max and -min: no |c| array; NaN propagates)
+                self._maxima = (float(np.maximum(np.max(c), -np.min(c))) if np.size(c)
                                 else 0.0, float(np.max(R)) if np.size(R) else 0.0)
         return self._maxima
 
