@@ -40,6 +40,7 @@ import numpy as np
 
 from fpx import numpy as fnp
 from fpx.core import PRIMITIVES, Composite
+from fpx.kernels import blas as _kblas
 from fpx.kernels import conv as _kconv
 
 __all__ = [
@@ -240,7 +241,19 @@ def _layer_norm_decomp(x, weight, bias, *, axes, eps):
     return _affine(y, weight, bias)
 
 
-_layer_norm = Composite("layer_norm", _layer_norm_decomp, kind="reduction")
+def _layer_norm_native(B):
+    """The NumPy backend's layer norm: torch's CPU kernel while a torch program runs (the
+    module's own arithmetic, ``fpx/kernels/blas.py: layer_norm``), else the decomposition."""
+    if B.name != "numpy":
+        return _layer_norm_decomp
+
+    def layer_norm_numpy(x, weight, bias, *, axes, eps):
+        y = _kblas.layer_norm(x, weight, bias, axes, eps)
+        return _layer_norm_decomp(x, weight, bias, axes=axes, eps=eps) if y is None else y
+    return layer_norm_numpy
+
+
+_layer_norm = Composite("layer_norm", _layer_norm_decomp, _layer_norm_native, kind="reduction")
 
 
 def layer_norm(x, normalized_shape=None, weight=None, bias=None, eps=1e-5, *, axis=None):

@@ -1141,7 +1141,8 @@ def _layer_norm_rows(v, lo, hi, w, b, eps_lo, eps_hi, g_mu, g_v, g_out, d_op, d_
     """fpx.interval's layer-norm rule (see its docstring for the derivation), one row at a
     time: pass 1 the row's sums, pass 2 the centred value's norm, pass 3 the bounds. Returns
     the number of rows where an intermediate of the program might pass ``lim`` (the squares
-    and their sum, the normalized value or its scaling: overflow the bound does not model)."""
+    and their sum, the normalized value or its scaling: overflow the bound does not model)
+    or an input is not finite (those rows' bounds are left unset)."""
     rows, n = lo.shape
     n_bad = 0
     u64 = 2.0 ** -53
@@ -1156,12 +1157,16 @@ def _layer_norm_rows(v, lo, hi, w, b, eps_lo, eps_hi, g_mu, g_v, g_out, d_op, d_
             vr[j] = vv
             rr[j] = _radius_abs_up(vv, max(vv - lo[i, j], hi[i, j] - vv))[0]
             xa[j] = max(abs(lo[i, j]), abs(hi[i, j]))
-            dr[j] = abs(vv)                   # (|v| here; v - mean below)
+            # (|v| here, plus x - x: 0 for finite v/lo/hi, NaN for inf or NaN; v - mean below)
+            dr[j] = abs(vv) + (lo[i, j] - lo[i, j]) + (hi[i, j] - hi[i, j])
+        s_av = _row_sum(dr)
+        if not math.isfinite(s_av):           # a non-finite input: the caller's fallback
+            n_bad += 1
+            continue
         s_v = _row_sum(vr)
         s_r = _row_sum(rr)
         s_a = _row_sum(xa)
         s_q = _row_dot(xa, xa)
-        s_av = _row_sum(dr)
         xm = max(_row_max(xa), 0.0)
         mv = s_v / n
         # (mr, e64c at least 2^-968: every element's radius below adds them, and an
@@ -1236,7 +1241,7 @@ def layer_norm_bounds(v, lo, hi, w, b, eps_lo, eps_hi, g_mu, g_v, g_out, d_op, d
                       lim):
     """fpx.interval's layer-norm rule over the last axis of (rows, n) blocks (``w``/``b``:
     float64 rows of n, or scalars); returns (ylo, yhi, n_bad) (n_bad: rows where the
-    program's intermediates might pass ``lim``). Three compiled passes per row, with the row
+    program's intermediates might pass ``lim`` or an input is not finite). Three compiled passes per row, with the row
     in cache: the decomposition's rules made ~25 passes over the whole block."""
     n = lo.shape[-1]
     ylo, yhi = np.empty(lo.shape), np.empty(lo.shape)

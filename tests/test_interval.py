@@ -2651,6 +2651,8 @@ def test_layer_norm_rule_falls_back_where_it_does_not_apply():
     """Where an intermediate may overflow, rows too long for the format's γ, non-trailing
     axes with a weight, or non-finite inputs, the decomposition's bound comes out (sound:
     contains the program's value) -- never a bound that ignores the overflow."""
+    import sys
+    iv_mod = sys.modules["fpx.interval"]
     rng = np.random.default_rng(23)
     big = np.array([[-3.3e-13, -3.1e38], [4.6e-3, 2.0]], np.float32)   # d*d overflows
     out = fpx.interval(lambda h: fnn.layer_norm(h, axis=0))(big)
@@ -2670,6 +2672,19 @@ def test_layer_norm_rule_falls_back_where_it_does_not_apply():
     xn[1, 2] = np.nan
     out = fpx.interval(lambda h: fnn.layer_norm(h, 6))(xn)
     assert np.isnan(out.value[1]).all() and out.contains(out.value)[0].all()
+    # a finite value in a box with an infinite or NaN end (the kernel's own check)
+    for end in (np.inf, np.nan):
+        lo, hi = x.astype(np.float64) - 1e-3, x.astype(np.float64) + 1e-3
+        hi[3, 4] = end
+        out = fpx.interval(lambda h: fnn.layer_norm(h, 6))(fpx.Interval(lo, hi, x))
+        rule = iv_mod.IntervalInterpreter.rules.pop("layer_norm")
+        try:
+            ref = fpx.interval(lambda h: fnn.layer_norm(h, 6))(fpx.Interval(lo, hi, x))
+        finally:
+            iv_mod.IntervalInterpreter.rules["layer_norm"] = rule
+        assert np.array_equal(out.lo, ref.lo, equal_nan=True)
+        assert np.array_equal(out.hi, ref.hi, equal_nan=True)
+        assert out.contains(out.value)[[0, 1, 2, 4]].all()
 
 
 def test_kernels_on_permuted_and_per_channel_layouts_match_contiguous_copies():

@@ -958,3 +958,27 @@ def test_transposed_convolution_contains_torchs_output(nd, groups, stride, paddi
     for t in (0.0, 1.0):
         p = torch.from_numpy((xi.lo + t * (xi.hi - xi.lo)).astype(np.float32))
         assert out.contains(_run(m, p)).all()
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_layer_norm_value_is_torchs_kernel(dtype):
+    """In a torch program the layer norm's value comes from torch's own kernel (bit for bit
+    the module's output, which the rule's bound contains); a NumPy program, a weight that
+    only broadcasts, or a half type keep the decomposition."""
+    from fpx.kernels import blas
+    g = torch.Generator().manual_seed(5)
+    m = nn.LayerNorm(48).eval().to(dtype)
+    with torch.no_grad():
+        m.weight.copy_(torch.randn(48, generator=g)), m.bias.copy_(torch.randn(48, generator=g))
+    x = (torch.randn(6, 7, 48, generator=g) * 3 + 1).to(dtype)
+    iv = fpx.interval(m)(x)
+    ref = m(x).detach()
+    assert torch.equal(torch.as_tensor(np.asarray(iv.value)), ref) and iv.contains(ref).all()
+    xn, w = x.numpy(), m.weight.detach().numpy()
+    assert blas.layer_norm(xn, w, None, (2,), 1e-5) is None          # outside a torch program
+    with blas.torch_gemms():
+        y = blas.layer_norm(xn, w, None, (2,), 1e-5)
+        assert torch.equal(torch.from_numpy(y), F.layer_norm(x, (48,), m.weight.detach()))
+        assert blas.layer_norm(xn, w[:1], None, (2,), 1e-5) is None  # broadcast weight
+        assert blas.layer_norm(xn, w, None, (1,), 1e-5) is None      # not trailing
+        assert blas.layer_norm(xn.astype(np.float16), None, None, (2,), 1e-5) is None
