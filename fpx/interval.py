@@ -2070,7 +2070,9 @@ def _weighted_value_centred(self, prim, x, w, b, params):
                 bias_r = (_f32_upper(_up(k * np.abs(bc.astype(np.float64)), 2))
                           if in_sum else None)
         rad, (lmax, wmax) = _weighted_radius(self, prim, L, wc, bias_r, params, K, f,
-                                             bf16=not exact)
+                                             bf16=not exact or split is not None)
+        # (a point linear layer's T in bfloat16 too: ~4 of its ~23 ms on the encoder's
+        # in-projection, for ~1.8% more width)
         if m is None:
             m = lmax                        # max |x| (NaN or inf where x has one)
         if in_sum:
@@ -2325,9 +2327,10 @@ def _weighted_radius(self, prim, L, w, bias_r, params, K, scale, bf16=True):
     rounded up), a linear layer's GEMM in bfloat16 on AMX for value-centred radii (``bf16``;
     ``_bf16_gemm_upper``; its bias then joins ``a`` as a float64 row), both taking the maxima
     in their rounding pass; else the op in float32 by the parent on |L|, |w|:
-    R·(1 - γ_{K+1}(u32))^-1 + K·2^-150 bounds it. (A point or exact-centre linear layer keeps
-    the float32 radius, as the matmul rule does: its bound stays no wider than RENDER's
-    elementwise, which the bfloat16 operands' rounding up, ~1%, would break.)"""
+    R·(1 - γ_{K+1}(u32))^-1 + K·2^-150 bounds it. (A point linear layer's split-K bound takes
+    the bfloat16 radius too, as a convolution's does: ~1.8% wider than the float32 one, ~0.8x
+    RENDER's width at the median; the matmul rule's point bound keeps float32, no wider than
+    RENDER's elementwise. An exact float64 centre keeps float32: its width is the radius.)"""
     if prim.name == "conv":
         up = _kconv.conv_upper_bf16(L, w, bias_r, params["stride"], params["padding"],
                                     params["dilation"], params["groups"], maxes=True)

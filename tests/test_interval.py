@@ -2368,19 +2368,27 @@ def test_linear_rule_is_sound_and_as_tight_as_the_decomposition(point, bias, in_
     assert out.contains(rev).all()
 
 
-def test_point_linear_layer_is_no_wider_than_render():
-    """A point linear layer large enough for the bfloat16 radius GEMMs (where AMX runs them)
-    keeps the float32 radius of the matmul rule's point bound: no wider than RENDER's
-    Algorithm 1 elementwise (up to the float32 GEMM's own factor), as wide as x @ wᵀ's."""
+def test_point_linear_layer_is_about_renders_width_or_narrower():
+    """A point linear layer large enough for the bfloat16 radius GEMM (where AMX runs it)
+    takes its radius there, as a convolution does: within the bfloat16 operands' rounding up
+    (~1.8%) of the matmul rule's float32-radius point bound -- which stays no wider than
+    RENDER's Algorithm 1 elementwise -- and so ~0.8x RENDER's width at the median, at most
+    ~1.01x in rare elements. Where the bfloat16 GEMM does not run, exactly the matmul rule's
+    width."""
+    import sys
     import fpx.nn as fnn
+    iv_mod = sys.modules["fpx.interval"]
     rng = np.random.default_rng(17)
     x = rng.standard_normal((256, 512)).astype(np.float32)
     w = (rng.standard_normal((384, 512)) * 0.05).astype(np.float32)
     lin = fpx.interval(lambda h: fnn.linear(h, w))(x)
     mm = fpx.interval(lambda h: h @ w.T)(x)
     rend = fpx.interval(lambda h: h @ w.T, matmul="render")(x)
-    assert np.all(lin.width <= rend.width * (1 + 513 * 2.0 ** -23))
-    assert np.all(lin.width <= mm.width * (1 + 1e-9))
+    assert np.all(mm.width <= rend.width * (1 + 513 * 2.0 ** -23))
+    bf16 = iv_mod._bf16_gemm_upper(x, w.T, probe=True) is not None
+    assert np.all(lin.width <= mm.width * (1.03 if bf16 else 1 + 1e-9))
+    assert np.median(lin.width / rend.width) <= 0.85
+    assert np.all(lin.width <= rend.width * 1.03)
     assert lin.contains(x @ w.T).all()
 
 
