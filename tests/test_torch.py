@@ -982,3 +982,14 @@ def test_layer_norm_value_is_torchs_kernel(dtype):
         assert blas.layer_norm(xn, w[:1], None, (2,), 1e-5) is None  # broadcast weight
         assert blas.layer_norm(xn, w, None, (1,), 1e-5) is None      # not trailing
         assert blas.layer_norm(xn.astype(np.float16), None, None, (2,), 1e-5) is None
+
+
+def test_strided_reshape_copies_on_torch_as_numpy_does():
+    """In a torch program a reshape that must copy (attention's head split) runs on torch:
+    the same array as NumPy's, C order."""
+    from fpx.kernels import blas
+    a = np.arange(128 * 8 * 3 * 512, dtype=np.float32).reshape(128, 8, 3, 512)[:, :, 1]
+    with blas.torch_gemms():
+        got = blas.reshape(a, (128, 64, 64))
+        assert np.array_equal(blas.reshape(a[:2], (2, -1)), np.reshape(a[:2], (2, -1)))
+    assert np.array_equal(got, np.reshape(a, (128, 64, 64))) and got.flags.c_contiguous
