@@ -116,3 +116,25 @@ def reshape(a, shape):
         if torch:
             return torch.from_numpy(a).reshape(shape).numpy()
     return np.reshape(a, shape)
+
+
+def matmul_sum(a1, b1, a2, b2):
+    """``a1 @ b1 + a2 @ b2`` as one float32/float64 sum per element on MKL while a torch
+    program runs: the second GEMM accumulates into the first's result (``baddbmm_``/
+    ``addmm_``, beta = 1), no concatenated operands and no extra pass; each element is a sum
+    of all K1 + K2 products in some order, which is all the interval bounds assume.
+    Operands of one dtype, one batch shape (flattened: a view where the strides allow) and
+    matching matrix shapes; None elsewhere (the caller concatenates)."""
+    torch = _engine(a1, b1)
+    batch = a1.shape[:-2]
+    if (torch is None or _engine(a2, b2) is None or a1.dtype != a2.dtype
+            or not (b1.shape[:-2] == a2.shape[:-2] == b2.shape[:-2] == batch)
+            or a1.shape[-2] != a2.shape[-2] or b1.shape[-1] != b2.shape[-1]):
+        return None
+    with torch.no_grad():
+        t = [torch.from_numpy(z) for z in (a1, b1, a2, b2)]
+        if batch:
+            t = [z.reshape((-1,) + tuple(z.shape[-2:])) for z in t]
+        r = torch.matmul(t[0], t[1])
+        (r.baddbmm_ if r.ndim == 3 else r.addmm_)(t[2], t[3])
+        return r.numpy().reshape(batch + r.shape[-2:])

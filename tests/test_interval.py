@@ -3034,6 +3034,38 @@ def test_attention_keeps_its_bounds_pending():
     assert out.contains(f64).all()
 
 
+def test_attention_radius_gemms_accumulate_on_torch():
+    """In a torch program attention's interval @ interval radius is one sum over 2K, the
+    second GEMM accumulating into the first (``blas.matmul_sum``: torch's ``baddbmm_``, no
+    concatenated operands, in float32): within 1e-5 of the concatenated GEMM's bounds or,
+    where that one runs in bfloat16 (AMX), up to ~3% narrower; float64 executions inside;
+    ``matmul_sum`` is a1 @ b1 + a2 @ b2 within
+    γ_{K1+K2}(u32) of the exact sums, and does not run outside a torch program."""
+    from fpx.kernels import blas
+    rng = np.random.default_rng(31)
+    f, x = _attention_block(rng, d=128, heads=2, seq=64, batch=2)
+    real, calls = blas.matmul_sum, []
+    try:
+        blas.matmul_sum = lambda *a: calls.append(real(*a)) or calls[-1]
+        with blas.torch_gemms():
+            out, _ = fpx.interval(f)(x)
+    finally:
+        blas.matmul_sum = real
+    assert len(calls) == 2 and all(c is not None for c in calls)
+    ref, _ = fpx.interval(f)(x)
+    w, wr = out.hi - out.lo, ref.hi - ref.lo
+    assert np.all(w <= wr * (1 + 1e-5)) and np.all(w >= wr * 0.95)
+    assert out.contains(out.value).all() and out.contains(f(x.astype(np.float64))[0]).all()
+    a1, a2 = (np.abs(rng.standard_normal((3, 40, k))).astype(np.float32) for k in (70, 50))
+    b1, b2 = (np.abs(rng.standard_normal((3, k, 60))).astype(np.float32) for k in (70, 50))
+    assert blas.matmul_sum(a1, b1, a2, b2) is None
+    with blas.torch_gemms():
+        r = blas.matmul_sum(a1, b1, a2, b2)
+    exact = a1.astype(np.float64) @ b1 + a2.astype(np.float64) @ b2
+    g = 120 * 2.0 ** -24 / (1 - 120 * 2.0 ** -24)
+    assert r.shape == exact.shape and np.all(np.abs(r - exact) <= g * exact)
+
+
 @pytest.mark.parametrize("s", [0.125, -0.5, 3.0, 0.3, 1e-30, 2.0 ** 127])
 def test_a_scaled_pending_gemm_stays_pending_and_sound(s):
     """``x·s`` of a value-centred GEMM's pending bounds (attention's scaled scores) folds s
