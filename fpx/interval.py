@@ -1927,13 +1927,15 @@ def _matmul_intervals(self, v, a, b, pa, pb, K, c, sp, prec, F_out):
     ``_right_factor``: from pending centred bounds without writing them; NumPy took ~15),
     summed over 2K: in a torch program the second GEMM accumulates into the first
     (``blas.matmul_sum``, float32 on MKL: 11 -> 4.5 ms on the encoder, no concatenated
-    factors), else one GEMM of the concatenated factors (bfloat16 on AMX). The result is pending (``_CentredBounds``) where, as a linear
-    layer's, the screen's factor 2 of room leaves no bound n_bad and nothing for the guard:
+    factors), else one GEMM of the concatenated factors (bfloat16 on AMX). The result is
+    pending (``_CentredBounds``) where, as a linear layer's, the screen's factor 2 of room
+    leaves no bound n_bad and nothing for the guard:
     attention's scores then reach the softmax (through the scale's mul,
     ``_CentredBounds.scaled``) without their bounds being written. None where it does not
     apply (the caller's general path)."""
     F_in, F_prod, F_acc = prec.input, prec.compute, prec.accumulate
-    La, sa = _left_factor(a, pa, 2 * sp.alpha)
+    f32 = np.asarray(pa).dtype == np.float32          # (then |A| exactly, from L's pass)
+    La, sa, *absA = _left_factor(a, pa, 2 * sp.alpha, with_abs=f32)
     Bh32, rb32, sb = _right_factor(b, pb)
     if not (all(np.isfinite(sa)) and all(np.isfinite(sb))
             and bool(np.all(np.isfinite(concrete(v))))
@@ -1942,7 +1944,7 @@ def _matmul_intervals(self, v, a, b, pa, pb, K, c, sp, prec, F_out):
         return None
     absterm = 2 * K * (F_prod.smallest_subnormal + F_acc.smallest_subnormal)
     with np.errstate(all="ignore"):
-        absA, amax = _abs_operand(pa, True, "absA")
+        absA = absA[0] if f32 else _abs_operand(pa, True, "absA")[0]
         # one sum over 2K: the second GEMM accumulating into the first (torch's MKL), else
         # one GEMM [L_A | |A|] @ [B̂ ; r_B] (as two, the radius took two more passes over the
         # output to scale and add them)
@@ -2259,15 +2261,15 @@ class _ExactCentredBounds(_CentredBounds):
         return None            # (the mul rule, on the exact bounds)
 
 
-def _left_factor(x, v, c2):
-    """``mm_left(v, x.lo, x.hi, c2, stats=True)``, in one pass from pending centred bounds
-    (``_CentredBounds`` of this value) without writing them."""
+def _left_factor(x, v, c2, with_abs=False):
+    """``mm_left(v, x.lo, x.hi, c2, stats=True, with_abs)``, in one pass from pending
+    centred bounds (``_CentredBounds`` of this value) without writing them."""
     p = x._pending
     if isinstance(p, _CentredBounds) and p.value is v:
-        r = _K.mm_left_centred(v, p.center, *p.rad, p.top, p.b, p.floor, c2)
+        r = _K.mm_left_centred(v, p.center, *p.rad, p.top, p.b, p.floor, c2, with_abs)
         if r is not None:
             return r
-    return _K.mm_left(v, x.lo, x.hi, c2, stats=True)
+    return _K.mm_left(v, x.lo, x.hi, c2, stats=True, with_abs=with_abs)
 
 
 def _right_factor(x, v):

@@ -15,6 +15,7 @@ rounding error and map overflow to infinity; these do it in one pass per bound.
   no subnormal operands or products in the radius GEMM, which cost Intel cores a microcode
   assist per multiply); zero-width zeros give 0 exactly, NaN bounds NaN. No step multiplies a
   value that may be subnormal (the ``2^-1074`` terms are left out where they are not needed).
+  ``with_abs``: also |v| (float32) from the same pass, interval @ interval's other factor.
 * ``add_bounds(alo, ahi, blo, bhi, rel, absl, top)``: ``down(alo + blo)``, ``up(ahi + bhi)``
   in one pass (interval addition with its rounding; no temporaries).
 * ``mul_bounds(alo, ahi, blo, bhi, rel, absl, top)``: the interval product (four corners)
@@ -437,11 +438,13 @@ def _left_elem(vv, l, h, c2):
 
 
 @numba.njit(cache=True, error_model="numpy")
-def _mm_left_loop(v, lo, hi, c2, out):
+def _mm_left_loop(v, lo, hi, c2, out, absv, with_abs):
     for i in range(out.shape[0]):
         for j in range(out.shape[1]):     # branch-free, no count: the loop vectorizes
-            out[i, j] = _left_elem(np.float64(_at(v, i, j)), _at(lo, i, j), _at(hi, i, j),
-                                     c2)
+            vv = np.float64(_at(v, i, j))
+            out[i, j] = _left_elem(vv, _at(lo, i, j), _at(hi, i, j), c2)
+            if with_abs:                  # (loop-invariant: unswitched)
+                absv[i, j] = np.float32(abs(vv))
 
 
 @numba.njit(cache=True, error_model="numpy")
@@ -484,25 +487,29 @@ def _mm_sample_sums(v, lo, hi, rows, cols, step):
     return s_r, s_a
 
 
-def mm_left(v, lo, hi, c2, stats=False):
+def mm_left(v, lo, hi, c2, stats=False, with_abs=False):
     """L (see above). With ``stats`` also (Σr, Σ(|v|+r), M): the sums over an even sample of
     at most 32 rows (they feed a heuristic), and ``M >= max(|v| + r)`` (for the overflow
-    screen: ``max(L)/c2``, as L >= c2·(|v| + r)); all NaN if any bound is NaN."""
-    args, (o,), shape, (res,) = _flat((v, lo, hi), (np.float32,))
-    _mm_left_loop(*args, float(c2), o)
-    L = _result(res, shape)
+    screen: ``max(L)/c2``, as L >= c2·(|v| + r)); all NaN if any bound is NaN. ``with_abs``
+    (float32 v): also |v| from the same pass, appended (the other GEMM factor of
+    interval @ interval)."""
+    args, outs, shape, res = _flat((v, lo, hi), (np.float32,) * (1 + with_abs))
+    o = outs[0]
+    _mm_left_loop(*args, float(c2), o, outs[-1], with_abs)
+    L = _result(res[0], shape)
+    extra = (_result(res[1], shape),) if with_abs else ()
     if not stats:
-        return L
+        return (L,) + extra if with_abs else L
     top = float(o.max()) if o.size else 0.0           # NaN where any L is (a NaN bound)
     if top != top:
-        return L, (math.nan, math.nan, math.nan)
+        return (L, (math.nan, math.nan, math.nan)) + extra
     s_r, s_a = _mm_sample_sums(*args, o.shape[0], o.shape[1], max(1, o.shape[0] // 32))
     if c2 > 0:
         m = top / c2 * (1.0 + 4 * _E)
     else:
         vv = np.asarray(v, np.float64)
         m = float(np.max(np.abs(vv) + np.maximum(vv - lo, hi - vv))) if o.size else 0.0
-    return L, (s_r, s_a, m)
+    return (L, (s_r, s_a, m)) + extra
 
 
 @numba.njit(inline="always", error_model="numpy")
@@ -603,12 +610,15 @@ def center_bounds(c, R, f, a, top, b=0.0, floor=-math.inf):
 
 
 @numba.njit(cache=True, error_model="numpy")
-def _mm_left_centred_loop(v, c, R, f, a, cb, top, floor, c2, out):
+def _mm_left_centred_loop(v, c, R, f, a, cb, top, floor, c2, out, absv, with_abs):
     for i in range(out.shape[0]):
         for j in range(out.shape[1]):     # branch-free, no count: the loop vectorizes
             lo, hi, _ = _centred(np.float64(_at(c, i, j)), np.float64(_at(R, i, j)),
                                  _at(f, i, j), _at(a, i, j), cb, top, floor)
-            out[i, j] = _left_elem(np.float64(_at(v, i, j)), lo, hi, c2)
+            vv = np.float64(_at(v, i, j))
+            out[i, j] = _left_elem(vv, lo, hi, c2)
+            if with_abs:
+                absv[i, j] = np.float32(abs(vv))
 
 
 @numba.njit(cache=True, error_model="numpy")
@@ -627,22 +637,26 @@ def _centred_sample_sums(v, c, R, f, a, cb, top, floor, rows, cols, step):
     return s_r, s_a
 
 
-def mm_left_centred(v, c, R, f, a, top, b, floor, c2):
-    """``mm_left(v, lo, hi, c2, stats=True)`` of the bounds ``center_bounds(c, R, f, a, top,
-    b, floor)`` in one pass, bit for bit, without writing them: a GEMM's value-centred result
-    through a ReLU into the next GEMM (``v`` the ReLU's value). None where a bound or L is
-    NaN or infinite (the caller takes the two passes). The caller makes sure no element is
-    ``n_bad`` for ``center_bounds``: a bad centre that the floor clamps would not show here."""
-    args, (o,), shape, (res,) = _flat((v, c, R, f, a), (np.float32,))
+def mm_left_centred(v, c, R, f, a, top, b, floor, c2, with_abs=False):
+    """``mm_left(v, lo, hi, c2, stats=True, with_abs)`` of the bounds ``center_bounds(c, R,
+    f, a, top, b, floor)`` in one pass, bit for bit, without writing them: a GEMM's
+    value-centred result through a ReLU into the next GEMM (``v`` the ReLU's value). None
+    where a bound or L is NaN or infinite (the caller takes the two passes). The caller makes
+    sure no element is ``n_bad`` for ``center_bounds``: a bad centre that the floor clamps
+    would not show here."""
+    args, outs, shape, res = _flat((v, c, R, f, a), (np.float32,) * (1 + with_abs))
+    o = outs[0]
     cb = (float(b) + 8 * _E) * (1.0 + 4 * _E)
-    _mm_left_centred_loop(*args, cb, float(top), float(floor), float(c2), o)
+    _mm_left_centred_loop(*args, cb, float(top), float(floor), float(c2), o, outs[-1],
+                          with_abs)
     # a bad centre or radius gives a NaN or infinite bound, so a NaN or infinite L
     m = float(o.max()) / c2 * (1.0 + 4 * _E) if o.size and c2 > 0 else math.nan
     if not m < math.inf:
         return None
     s_r, s_a = _centred_sample_sums(*args, cb, float(top), float(floor), o.shape[0],
                                     o.shape[1], max(1, o.shape[0] // 32))
-    return _result(res, shape), (s_r, s_a, m)
+    return (_result(res[0], shape), (s_r, s_a, m)) + \
+        ((_result(res[1], shape),) if with_abs else ())
 
 
 def _pair(c1, c2, i, j):

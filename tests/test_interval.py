@@ -2921,9 +2921,10 @@ def test_left_factor_of_an_infinite_radius_is_never_small():
 
 @pytest.mark.parametrize("floor", [-np.inf, 0.0])
 def test_centred_factor_and_softmax_kernels_equal_their_two_passes(floor):
-    """``mm_right_centred`` and ``softmax_bounds_centred`` (pending centred bounds read
-    without writing them: attention's K and V, its scores) equal ``center_bounds`` then
-    ``mm_right`` / ``softmax_bounds`` bit for bit, with a per-column ``a`` (a bias row),
+    """``mm_right_centred``, ``mm_left_centred`` (with |v| from its pass) and
+    ``softmax_bounds_centred`` (pending centred bounds read without writing them: attention's
+    Q, K and V, its scores) equal ``center_bounds`` then ``mm_right`` / ``mm_left`` /
+    ``softmax_bounds`` bit for bit, with a per-column ``a`` (a bias row),
     zeros and -0.0; a NaN or infinite centre or an infinite radius gives None for the
     factor."""
     from fpx.kernels import interval as K
@@ -2943,6 +2944,16 @@ def test_centred_factor_and_softmax_kernels_equal_their_two_passes(floor):
         for x, y in zip(r1[:2], r2[:2]):
             assert np.array_equal(x.view(np.uint32), y.view(np.uint32))
         assert r1[2] == r2[2]
+        # the left factor with |v| from the same pass (interval @ interval's other factor)
+        l1 = K.mm_left_centred(v, c, R, 1.0001, aa, 3.4e38, 1e-7, floor, 1e-6, True)
+        l2 = K.mm_left(v, lo, hi, 1e-6, stats=True, with_abs=True)
+        l3 = K.mm_left(v, lo, hi, 1e-6, stats=True)
+        for x in (l1[0], l2[0]):
+            assert np.array_equal(x.view(np.uint32), l3[0].view(np.uint32))
+        assert l1[1][2] == l2[1][2] == l3[1][2] and len(l3) == 2
+        for x in (l1[2], l2[2]):
+            assert x.dtype == np.float32 and np.array_equal(x.view(np.uint32),
+                                                            np.abs(v).view(np.uint32))
         s1 = K.softmax_bounds_centred(c, R, 1.0001, aa, 3.4e38, 1e-7, floor, *sm)
         s2 = K.softmax_bounds(lo, hi, *sm)
         assert all(np.array_equal(x, y) for x, y in zip(s1, s2))
