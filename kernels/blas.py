@@ -1,6 +1,7 @@
 """float32/float64 GEMMs on NumPy arrays through PyTorch's CPU BLAS (MKL) while fpx runs a
-torch program (``torch_gemms()``, entered by ``fpx.interop.torch``); also its layer norm
-(``layer_norm``, below).
+torch program (``torch_gemms()``, entered by ``fpx.interop.torch``); also, there, its layer
+norm (``layer_norm``), strided reshapes (``reshape``) and the interval rules' sums of two
+GEMMs (``matmul_sum``), below.
 
 NumPy's ``matmul`` calls OpenBLAS; torch's calls MKL's ``sgemm``/``dgemm``, ~1.3x faster on
 the transformer-sized GEMMs here (1024x512 @ 512x1536 float32: 3.9 against 5.7 ms on two
