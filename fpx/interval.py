@@ -1949,7 +1949,7 @@ def _matmul_intervals(self, v, a, b, pa, pb, K, c, sp, prec, F_out):
         # one GEMM [L_A | |A|] @ [B̂ ; r_B] (as two, the radius took two more passes over the
         # output to scale and add them)
         R = _blas.matmul_sum(La, Bh32, absA, rb32)
-        if R is not None and np.isfinite(R).all():
+        if R is not None and R.dtype == np.float32 and np.isfinite(R).all():
             corr = 1.0 / (1.0 - _gamma(2 * K + 1, 2.0 ** -24))
             rad = (R, corr, corr * 2 * K * 2.0 ** -150 + absterm)
         else:

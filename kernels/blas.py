@@ -114,8 +114,11 @@ def reshape(a, shape):
     if (_TORCH_GEMMS.get() and _viewable(a, 1) and a.size >= 2 ** 16
             and not a.flags.c_contiguous):
         torch = _torch()
-        if torch:
-            return torch.from_numpy(a).reshape(shape).numpy()
+        try:
+            if torch:
+                return torch.from_numpy(a).reshape(shape).numpy()
+        except RuntimeError:            # a shape that does not fit: NumPy's own error below
+            pass
     return np.reshape(a, shape)
 
 

@@ -993,3 +993,5 @@ def test_strided_reshape_copies_on_torch_as_numpy_does():
         got = blas.reshape(a, (128, 64, 64))
         assert np.array_equal(blas.reshape(a[:2], (2, -1)), np.reshape(a[:2], (2, -1)))
     assert np.array_equal(got, np.reshape(a, (128, 64, 64))) and got.flags.c_contiguous
+    with blas.torch_gemms(), pytest.raises(ValueError):              # NumPy's error
+        blas.reshape(a, (7, -1))
