@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from fpx import formats, tree
-from fpx.core import concrete
+from fpx.core import concrete, to_host
 from fpx.interval import Event, Interval, run_interval
 from fpx.transform import adapt, as_array
 
@@ -97,9 +97,8 @@ def _as_intervals(x):
     if isinstance(x, Interval):
         return x
     x = as_array(x)
-    c = concrete(x)
-    c = c.get() if hasattr(c, "get") else c
-    return Interval(*(2 * [np.asarray(c, np.float64)]), x)
+    c = to_host(concrete(x)).astype(np.float64)
+    return Interval._trusted(c, c, x)
 
 
 def _is_module(x) -> bool:
@@ -108,7 +107,7 @@ def _is_module(x) -> bool:
 
 
 def _kind(v) -> str:
-    return np.dtype(getattr(concrete(as_array(v)), "dtype", np.asarray(v).dtype)).kind
+    return np.dtype(_dtype(v)).kind
 
 
 def classify(target, reference, *args, policy=None, bound: str = "rigorous",
@@ -170,7 +169,8 @@ def _note_narrow_reference(v, i, t_value, r):
 
 
 def _dtype(x):
-    return getattr(concrete(as_array(x)), "dtype", np.asarray(x).dtype)
+    c = concrete(as_array(x))
+    return c.dtype if hasattr(c, "dtype") else np.asarray(c).dtype
 
 
 def _compare(t_out, r_out, events, bound) -> Verdict:
@@ -192,9 +192,8 @@ def _compare(t_out, r_out, events, bound) -> Verdict:
         tv, rv = as_array(t.value), as_array(r.value)
         if ref_is_arrays:
             _note_narrow_reference(v, i, t.value, r)
-        tv = np.asarray(tv, np.float64) if not hasattr(tv, "get") else tv.get().astype(np.float64)
-        rv = np.asarray(rv, np.float64) if not hasattr(rv, "get") else rv.get().astype(np.float64)
-        tlo, thi, rlo, rhi = (np.asarray(a) for a in (t.lo, t.hi, r.lo, r.hi))
+        tv, rv = (to_host(concrete(a)).astype(np.float64) for a in (tv, rv))
+        tlo, thi, rlo, rhi = (to_host(a) for a in (t.lo, t.hi, r.lo, r.hi))
         with np.errstate(invalid="ignore"):
             overlap = (rlo <= thi) & (tlo <= rhi)
             both_nan = np.isnan(tv) & np.isnan(rv) & (np.isnan(tlo) | np.isnan(thi))
@@ -235,7 +234,8 @@ def _compare(t_out, r_out, events, bound) -> Verdict:
                     v.outside.append((i, tuple(int(j) for j in idx), float(rv[idx]),
                                       float(tlo[idx]), float(thi[idx]), float(tv[idx])))
         for who, iv in (("output", t), ("reference output", r)):
-            if iv.unstable is not None and np.any(iv.unstable) and _kind(iv.value) in "iub":
+            if (iv.unstable is not None and np.any(to_host(iv.unstable))
+                    and _kind(iv.value) in "iub"):
                 v.reasons.append(f"{who} {i} is an integer decided by an unstable comparison")
     if halfw_over_obs:
         v.tightness = float(np.median(np.concatenate(halfw_over_obs)))

@@ -389,6 +389,16 @@ def using(interp: Interpreter):
             gc.enable()
 
 
+def is_cupy(x) -> bool:
+    """A CuPy array or scalar (checked by module name: CuPy is imported only where it is used)."""
+    return type(x).__module__.split(".")[0] == "cupy"
+
+
+def to_host(x):
+    """A NumPy array: a CuPy array's device-to-host copy, anything else through np.asarray."""
+    return x.get() if is_cupy(x) else np.asarray(x)
+
+
 def concrete(x):
     """Strip tracers down to the concrete array (no instability bookkeeping; internal use)."""
     while isinstance(x, Tracer):

@@ -106,6 +106,7 @@ References
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import struct
 from dataclasses import dataclass
@@ -503,6 +504,22 @@ def _check_mode(mode):
     return mode.lower()
 
 
+@dataclass(frozen=True)
+class FlushedFormat(Format):
+    """A format as a flush-to-zero unit computes in it (CUDA's ``-ftz=true``): subnormal
+    inputs and results become ±0, so a result below ``2**emin`` in magnitude may be off by
+    all of it. For error bounds it acts as a format whose subnormal spacing is ``2**(emin+1)``:
+    half of it, the absolute error of a rounding there, is the flush's ``2**emin``."""
+
+    @classmethod
+    def of(cls, fmt: Format) -> "FlushedFormat":
+        return cls(*(getattr(fmt, f.name) for f in dataclasses.fields(fmt)))
+
+    @property
+    def smallest_subnormal(self) -> float:
+        return math.ldexp(1.0, self.emin + 1)
+
+
 def _finish(bits, shape, fmt, xp, as_float64=False):
     out = xp.reshape(_floats(bits, xp), shape)
     if as_float64:
@@ -510,14 +527,39 @@ def _finish(bits, shape, fmt, xp, as_float64=False):
     dt = np.dtype(fmt.dtype)
     if dt == np.float64:
         return out
-    try:
+    if xp is np or dt == np.float16:
         return xp.astype(out, fmt.dtype)
+    # CuPy: its float64 -> float32 cast flushes float32 subnormals to zero (seen on an H100,
+    # CuPy 14; its float64 -> float16 cast does not), so the (exactly representable) values
+    # are moved bit by bit
+    f32 = xp.reshape(_f32_from_exact_f64_bits(bits, xp), shape)
+    if dt == np.float32:
+        return f32
+    try:
+        return xp.astype(f32, fmt.dtype)
     except Exception:
-        if xp is np:
-            raise
-        # backends without ml_dtypes' bf16/fp8 dtypes (CuPy): the rounded values in float32
-        # storage -- exact, as every bf16/fp8 value is a float32 value (like tf32)
-        return xp.astype(out, xp.float32)
+        # backends without ml_dtypes' bf16/fp8 dtypes (older CuPy): the rounded values in
+        # float32 storage -- exact, as every bf16/fp8 value is a float32 value (like tf32)
+        return f32
+
+
+def _f32_from_exact_f64_bits(b, xp):
+    """float32 array of float64 patterns ``b`` whose values are float32 values (or inf/NaN),
+    by integer operations alone: sign, exponent rebias, significand shift; a float32
+    subnormal k·2^-149 has k = (2^52 + m) >> (926 - e) (e the float64 biased exponent)."""
+    sign = (b >> 63) << 31
+    e = xp.astype(b >> 52 & 0x7FF, xp.int64)
+    m = b & ((1 << 52) - 1)
+    special = e == 0x7FF
+    normal = (e >= 1023 - 126) & ~special
+    sub = (e > 0) & ~normal
+    rebias = _u64(xp.clip(e - (1023 - 127), 0, 254), xp) << 23
+    shift = _u64(xp.clip(926 - e, 0, 63), xp)
+    out = xp.where(normal, rebias | m >> 29, _u64(xp.zeros_like(e), xp))
+    out = xp.where(sub, (m | (1 << 52)) >> shift, out)
+    nan_bit = _u64(m != 0, xp) << 22                      # a NaN stays a NaN
+    out = xp.where(special, 0x7F800000 | m >> 29 | nan_bit, out)
+    return xp.astype(out | sign, xp.uint32).view(xp.float32)
 
 
 # ----------------------------------------------------------------------------

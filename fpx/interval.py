@@ -26,6 +26,7 @@ probabilistic bound ``λ·sqrt(n)·u``.
 """
 from __future__ import annotations
 
+import contextvars
 import math
 import threading
 from dataclasses import dataclass
@@ -40,7 +41,7 @@ from fpx.kernels import conv as _kconv
 from fpx import nn as _nn
 from fpx.kernels import interval as _K
 from fpx.core import (PRIMITIVES, EvalInterpreter, FpxError, Interpreter, Tracer, concrete,
-                      current_interpreter, using)
+                      current_interpreter, is_cupy, to_host, using)
 from fpx.policy import get_policy
 from fpx.transform import adapt, as_array, check_dtype, is_array_leaf, wraps
 
@@ -66,11 +67,12 @@ class Interval:
     __slots__ = ("value", "lo", "hi", "unstable")
 
     def __init__(self, lo, hi, value=None, unstable=None):
-        self.lo = np.asarray(lo, dtype=np.float64) if not _is_cupy(lo) else lo
-        self.hi = np.asarray(hi, dtype=np.float64) if not _is_cupy(hi) else hi
+        xp = _xp(lo) if _is_cupy(lo) else _xp(hi)     # CuPy if either end lives on the GPU
+        self.lo = xp.asarray(lo, dtype=np.float64)
+        self.hi = xp.asarray(hi, dtype=np.float64)
         if self.lo.shape != self.hi.shape:
             raise ValueError(f"Interval: lo {self.lo.shape} and hi {self.hi.shape} differ")
-        if np.any(self.lo > self.hi):
+        if bool((self.lo > self.hi).any()):
             raise ValueError("Interval: lo > hi somewhere")
         if value is None:
             value = (self.lo + self.hi) / 2
@@ -89,11 +91,12 @@ class Interval:
     @classmethod
     def around(cls, value, radius=0.0, rel=0.0):
         """``value ± (radius + rel·|value|)`` (outward rounded), keeping ``value``'s dtype."""
-        v = np.asarray(value)
-        v64 = v.astype(np.float64)
-        r = np.asarray(radius, np.float64) + rel * np.abs(v64)
-        lo, hi = _widen(v64 - r, v64 + r, 1)
-        return cls(lo, hi, v)
+        xp = _xp(value)
+        v = xp.asarray(value)
+        v64 = to_host(v).astype(np.float64)
+        r = to_host(radius).astype(np.float64) + rel * np.abs(v64)
+        lo, hi = _widen(v64 - r, v64 + r, 1)           # (compiled CPU kernels)
+        return cls(xp.asarray(lo), xp.asarray(hi), v)
 
     @property
     def shape(self):
@@ -114,16 +117,17 @@ class Interval:
 
     def contains(self, y):
         """Elementwise ``lo <= y <= hi``; NaN bounds or NaN ``y`` give False (never "inside")."""
-        y = as_array(y)
-        y = np.asarray(concrete(y), dtype=np.float64) if not _is_cupy(y) else y.astype(np.float64)
+        y = concrete(as_array(y))
+        y = _xp(self.lo).asarray(y if _is_cupy(y) == _is_cupy(self.lo) else to_host(y),
+                                 dtype=np.float64)      # on the bounds' device
         return (self.lo <= y) & (y <= self.hi)
 
     def __repr__(self):
-        lo, hi = np.asarray(self.lo), np.asarray(self.hi)
+        lo, hi = to_host(self.lo), to_host(self.hi)
         w = hi - lo
         fin = np.isfinite(w)
         wmax = float(np.max(w[fin])) if fin.any() else float("nan")
-        nun = 0 if self.unstable is None else int(np.count_nonzero(self.unstable))
+        nun = 0 if self.unstable is None else int(np.count_nonzero(to_host(self.unstable)))
         head = (f"Interval({self.dtype}{list(self.shape)}, max width {wmax:.3g}"
                 f"{', %d non-finite' % int((~fin).sum()) if (~fin).any() else ''}"
                 f"{', %d unstable' % nun if nun else ''})")
@@ -136,8 +140,8 @@ class Interval:
 def _check_value_inside(value, lo, hi):
     """An input interval's value (what the program runs on) must be one of the reals it
     describes: the rules bound both, and a point interval's fast paths centre on the value."""
-    v = as_array(value)
-    v = v.astype(np.float64) if _is_cupy(v) else np.asarray(concrete(v), dtype=np.float64)
+    v = to_host(concrete(as_array(value))).astype(np.float64)
+    lo, hi = to_host(lo), to_host(hi)
     if np.shape(v) != np.shape(lo):
         raise ValueError(f"Interval: value {np.shape(v)} and lo/hi {np.shape(lo)} differ in shape")
     with np.errstate(invalid="ignore"):
@@ -158,8 +162,7 @@ def _is_point(lo, hi):
     return bool(np.all(lo == hi))
 
 
-def _is_cupy(x):
-    return type(x).__module__.split(".")[0] == "cupy"
+_is_cupy = is_cupy
 
 
 # =============================================================================================
@@ -192,11 +195,39 @@ def _gamma(n, delta):
     return nd / (1.0 - nd) if nd < 1.0 else math.inf
 
 
+# Formats the running interpreter's policy flushes to zero (``Policy.flush_to_zero``): their
+# error terms use ``formats.FlushedFormat`` (set by ``run_interval`` for its run).
+_FLUSHED = contextvars.ContextVar("fpx_interval_flushed", default=frozenset())
+
+
 def _fmt_of(dtype):
     try:
-        return _formats.get(dtype)
+        F = _formats.get(dtype)
     except (TypeError, ValueError):
         return None
+    return _flushed(F)
+
+
+def _flushed(F):
+    if F is None or F.name not in _FLUSHED.get():
+        return F
+    G = _FLUSHED_FORMATS.get(F.name)
+    if G is None:
+        G = _FLUSHED_FORMATS[F.name] = _formats.FlushedFormat.of(F)
+    return G
+
+
+_FLUSHED_FORMATS: dict = {}
+
+
+def _flush_inputs(lo, hi, F):
+    """An input as a flush-to-zero unit reads it: where the interval meets the subnormal
+    range, the hull with 0 (a subnormal operand may be read as ±0)."""
+    t = F.tiny
+    near = (lo < t) & (hi > -t) & ~((lo == 0) & (hi == 0))
+    if not np.any(near):
+        return lo, hi, False
+    return np.where(near, np.minimum(lo, 0.0), lo), np.where(near, np.maximum(hi, 0.0), hi), True
 
 
 @dataclass
@@ -271,6 +302,12 @@ class IntervalInterpreter(Interpreter):
         self._acc_cache: dict = {}
 
     # -- bookkeeping ------------------------------------------------------------------------
+    def resolve(self, prim, dtype):
+        """The policy's formats of ``prim`` on a ``dtype`` program (flush-to-zero formats as
+        ``formats.FlushedFormat``)."""
+        r = self.policy.resolve(prim, dtype)
+        return type(r)(*map(_flushed, r)) if self.policy.flush_to_zero else r
+
     def note(self, kind, what, count=1):
         for e in self.events:
             if e.kind == kind and e.what == what:
@@ -1250,7 +1287,7 @@ def _reduce_sum(self, prim, a, *, axis=None, keepdims=False, dtype=None):
         g64 = _gamma(n + 2, 2.0 ** -53)
         r = _up(s_rad * (1 + g64) + g64 * s_mag + np.abs(s_mid) * 2 * _E64, 4)
         if F_out is not None:
-            prec = self.policy.resolve("reduce_sum", np.dtype(dtype) if dtype is not None
+            prec = self.resolve("reduce_sum", np.dtype(dtype) if dtype is not None
                                        else out_dt)
             Facc = prec.accumulate
             c = self.sum_gamma(max(n - 1, 0), _acc_delta(self, "reduce_sum", Facc),
@@ -1322,7 +1359,7 @@ def _cumsum(self, prim, a, *, axis, dtype=None):
         g64 = (k + 2) * 2.0 ** -53 / (1 - (k + 2) * 2.0 ** -53)
         r = _up(c_rad * (1 + g64) + g64 * c_mag + np.abs(c_mid) * 2 * _E64, 4)
         if F_out is not None:
-            Facc = self.policy.resolve("cumsum", np.dtype(dtype) if dtype is not None else out_dt).accumulate
+            Facc = self.resolve("cumsum", np.dtype(dtype) if dtype is not None else out_dt).accumulate
             d = _acc_delta(self, "cumsum", Facc)
             km1 = k - 1
             c = np.where(km1 * d < 1, km1 * d / (1 - km1 * d), np.inf) if self.bound == "rigorous" \
@@ -1363,7 +1400,7 @@ def _reduce_prod(self, prim, a, *, axis=None, keepdims=False, dtype=None):
         L, H = L.reshape(shp), H.reshape(shp)
     F = _fmt_of(np.asarray(concrete(v)).dtype)
     if F is not None:
-        d = _acc_delta(self, "reduce_prod", self.policy.resolve(
+        d = _acc_delta(self, "reduce_prod", self.resolve(
             "reduce_prod", np.asarray(concrete(v)).dtype).accumulate)
         g = self.gamma(max(n - 1, 0), d)
         mag = np.maximum(np.abs(L), np.abs(H))
@@ -1782,7 +1819,7 @@ def _matmul(self, prim, a, b):
         in_dt = np.asarray(concrete(v)).dtype
     F_out = _fmt_of(np.asarray(concrete(v)).dtype)
     K = np.shape(pa)[-1] if np.ndim(pa) else 1
-    prec = self.policy.resolve("matmul", in_dt)
+    prec = self.resolve("matmul", in_dt)
     if self.matmul == "render":
         from fpx.kernels.render import render_matmul
         (alo, ahi, _, _), (blo, bhi, _, _) = self.bounds(a), self.bounds(b)
@@ -2024,7 +2061,7 @@ def _weighted_value_centred(self, prim, x, w, b, params):
             and vx.dtype == np.float32 and wc.dtype == np.float32
             and (bc is None or (bc.dtype == np.float32 and np.all(np.isfinite(bc))))):
         return None
-    prec = self.policy.resolve("matmul", np.dtype(np.float32))
+    prec = self.resolve("matmul", np.dtype(np.float32))
     F_in, F_prod, F_acc = prec.input, prec.compute, prec.accumulate
     F_out = _formats.get(np.dtype(np.float32))
     if not _contains_format(F_in, F_out) or F_acc.p > 24:
@@ -2578,7 +2615,7 @@ def _softmax(self, prim, x, *, axis=-1):
     if F is not None and F.p < 53 and (cen is not None or (
             not pt and not _is_cupy(lo) and np.ndim(lo) > 0 and _K.any_differ(lo, hi))):
         accs = [self.accuracy(n, F) for n in ("sub", "exp", "div")]
-        Facc = self.policy.resolve("reduce_sum", dt).accumulate
+        Facc = self.resolve("reduce_sum", dt).accumulate
         if any(a.input_dependent for a in accs) or \
                 self.accuracy("reduce_sum", Facc).input_dependent:
             accs = None
@@ -2762,7 +2799,7 @@ def _layer_norm_rows(self, prim, x, weight, bias, axes, eps):
             return None      # varies over the rows (or does not fit): the decomposition
         params.append(pc)
     accs = [self.accuracy(n, F) for n in ("sub", "mul", "div", "add", "sqrt")]
-    Facc = self.policy.resolve("reduce_sum", dt).accumulate
+    Facc = self.resolve("reduce_sum", dt).accumulate
     acc_sum = self.accuracy("reduce_sum", Facc)
     if any(a.input_dependent for a in accs) or acc_sum.input_dependent:
         return None
@@ -2836,7 +2873,7 @@ def _rms_norm(self, prim, x, weight=None, *, axis, eps):
     if F is None or Fx is None:
         return y
     accs = [self.accuracy(n, f) for n in ("mul", "div", "add", "sqrt", "cast") for f in (Fx, F)]
-    Facc = self.policy.resolve("reduce_sum", dt).accumulate
+    Facc = self.resolve("reduce_sum", dt).accumulate
     acc_sum = self.accuracy("reduce_sum", Facc)
     if any(a.input_dependent for a in accs) or acc_sum.input_dependent:
         return y
@@ -2904,31 +2941,92 @@ def interval(f=None, *, policy=None, branches: str = "hull", bound: str = "rigor
 def run_interval(f, args, kwargs, **options):
     """Run ``f`` under a new :class:`IntervalInterpreter`; return (interpreter, outputs as
     Intervals). ``classify`` uses this to read the interpreter's events."""
-    interp = IntervalInterpreter(current_interpreter(), **options)
     leaves, td = tree.flatten((args, kwargs))
-    wrapped = []
-    for i, x in enumerate(leaves):
+    if any(_on_device(x) for x in leaves):
+        return _run_interval_from_device(f, leaves, td, **options)
+    interp = IntervalInterpreter(current_interpreter(), **options)
+    token = _FLUSHED.set(frozenset(interp.policy.flush_to_zero))
+    try:
+        wrapped = []
+        for i, x in enumerate(leaves):
+            if isinstance(x, Interval):
+                value, lo, hi, point = x.value, x.lo, x.hi, _is_point(x.lo, x.hi)
+            elif is_array_leaf(x):
+                check_dtype(x, f"input leaf {i} of {getattr(f, '__name__', 'f')}")
+                value, lo, point = x, _as_f64(concrete(x)), True
+                hi = lo
+            else:
+                wrapped.append(x)
+                continue
+            F = _fmt_of(np.asarray(concrete(as_array(value))).dtype)
+            if isinstance(F, _formats.FlushedFormat):
+                lo, hi, moved = _flush_inputs(lo, hi, F)
+                point = point and not moved
+            wrapped.append(IntervalTracer(interp, value, lo, hi,
+                                          x.unstable if isinstance(x, Interval) else None, point))
+        a, k = tree.unflatten(td, wrapped)
+        with using(interp):
+            out = f(*a, **k)
+        o_leaves, o_td = tree.flatten(out)
+        res = []
+        for x in o_leaves:
+            if isinstance(x, IntervalTracer) and x._interp is interp:
+                res.append(Interval._trusted(x.lo, x.hi, x.primal, x.unstable))
+            elif is_array_leaf(x) or isinstance(x, (bool, int, float)):
+                c = _as_f64(concrete(x))
+                res.append(Interval(c, c, x))
+            else:
+                res.append(x)
+    finally:
+        _FLUSHED.reset(token)
+    return interp, tree.unflatten(o_td, res)
+
+
+def _on_device(x) -> bool:
+    if isinstance(x, Interval):
+        return _is_cupy(x.lo) or _is_cupy(x.hi) or _is_cupy(concrete(as_array(x.value)))
+    if isinstance(x, Tracer) and _is_cupy(concrete(x)):
+        raise FpxError("fpx.interval: a CuPy-valued tracer of an enclosing transform; nest "
+                       "fpx.interval over CuPy arrays only at the outermost level")
+    return _is_cupy(x)
+
+
+def _run_interval_from_device(f, leaves, td, **options):
+    """CuPy inputs. The rules' NumPy calls and numba kernels are CPU code, so the bounds are
+    computed on host copies of the inputs (the transfer is exact) under the ``"cupy"`` policy
+    unless one is given (a torch program's is ``"cuda"``/``"tf32"``); the program runs once more on the GPU for its own ``value``; lo, hi,
+    value and unstable come back as CuPy arrays. The GPU's result is inside the bound when the
+    policy describes the GPU's arithmetic: the bound holds for any summation order, and the
+    policy gives the CUDA math library's documented errors."""
+    import cupy
+    host, plain = [], []
+    for x in leaves:
         if isinstance(x, Interval):
-            wrapped.append(IntervalTracer(interp, x.value, x.lo, x.hi, x.unstable,
-                                          _is_point(x.lo, x.hi)))
-        elif is_array_leaf(x):
-            check_dtype(x, f"input leaf {i} of {getattr(f, '__name__', 'f')}")
-            c = concrete(x)
-            v64 = _as_f64(c)
-            wrapped.append(IntervalTracer(interp, x, v64, v64, None, True))
+            v = concrete(as_array(x.value))
+            host.append(Interval._trusted(to_host(x.lo), to_host(x.hi), to_host(v),
+                                          None if x.unstable is None else to_host(x.unstable)))
+            plain.append(x.value)
         else:
-            wrapped.append(x)
-    a, k = tree.unflatten(td, wrapped)
-    with using(interp):
-        out = f(*a, **k)
+            host.append(to_host(x) if _is_cupy(x) else x)
+            plain.append(x)
+    if options.get("policy") is None:
+        options = dict(options, policy="cupy")
+    on_host = getattr(f, "on_host", None)      # a torch program's CUDA parameters
+    interp, out = run_interval(on_host() if on_host else f, *tree.unflatten(td, host), **options)
+    a, k = tree.unflatten(td, plain)
+    on_gpu = f(*a, **k)
     o_leaves, o_td = tree.flatten(out)
+    g_leaves, _ = tree.flatten(on_gpu)
+    if len(g_leaves) != len(o_leaves):
+        raise FpxError(f"fpx.interval: the program gave {len(g_leaves)} outputs on the GPU and "
+                       f"{len(o_leaves)} on the host copies")
     res = []
-    for x in o_leaves:
-        if isinstance(x, IntervalTracer) and x._interp is interp:
-            res.append(Interval._trusted(x.lo, x.hi, x.primal, x.unstable))
-        elif is_array_leaf(x) or isinstance(x, (bool, int, float)):
-            c = _as_f64(concrete(x))
-            res.append(Interval(c, c, x))
-        else:
-            res.append(x)
+    for iv, g in zip(o_leaves, g_leaves):
+        if not isinstance(iv, Interval):
+            res.append(iv)
+            continue
+        g = concrete(g)
+        value = g if _is_cupy(g) else cupy.asarray(iv.value)
+        un = None if iv.unstable is None else cupy.asarray(iv.unstable)
+        res.append(Interval._trusted(cupy.asarray(iv.lo), cupy.asarray(iv.hi), value, un))
     return interp, tree.unflatten(o_td, res)

@@ -503,7 +503,9 @@ class Policy:
     (:class:`OpPrecision`); ``accuracies`` (read-only mapping ``prim -> {format name or "*":
     Accuracy}``); ``derive_narrow_from`` (a format name: formats narrower than it without an
     entry are modelled as "evaluated in it, rounded once", see :func:`_derive_narrow`);
-    ``notes``. Build variants with :meth:`replace`, :meth:`with_` and :meth:`with_accuracy`.
+    ``flush_to_zero`` (format names whose subnormal inputs and results the executor flushes to
+    ±0: CUDA's ``-ftz=true``, which CuPy's kernels and cuBLAS apply to float32); ``notes``.
+    Build variants with :meth:`replace`, :meth:`with_` and :meth:`with_accuracy`.
     """
     name: str
     matmul: OpPrecision = OpPrecision()
@@ -513,6 +515,7 @@ class Policy:
     accuracies: Mapping[str, Mapping[str, Accuracy]] = field(default_factory=dict, hash=False)
     derive_narrow_from: str | None = None
     notes: str = ""
+    flush_to_zero: tuple = ()
 
     def __post_init__(self):
         if not isinstance(self.name, str) or not self.name:
@@ -520,6 +523,8 @@ class Policy:
         for kind in OP_KINDS:
             object.__setattr__(self, kind, _as_op_precision(getattr(self, kind)))
         object.__setattr__(self, "accuracies", _freeze_table(self.accuracies))
+        object.__setattr__(self, "flush_to_zero",
+                           tuple(sorted({_fmt_key(f) for f in self.flush_to_zero})))
 
     # -- queries ---------------------------------------------------------------------------
     def precision(self, kind_or_prim: str) -> OpPrecision:
@@ -848,6 +853,16 @@ def _tf32() -> Policy:
               "(cuBLAS TF32 tensor-op math, torch.backends.cuda.matmul.allow_tf32)")
 
 
+def _cupy() -> Policy:
+    return _cuda().replace(
+        name="cupy", reduction=OpPrecision(), flush_to_zero=("float32",),
+        notes="cuda for CuPy's own kernels: the CUDA math library's documented errors; "
+              "float16 sums, means and cumsums accumulate in float16 (CuPy's CUB reductions "
+              "and scans do: seen on an H100, errors beyond float32 accumulation's bound); "
+              "cuBLAS matmuls accumulate float16 in float32; float32 subnormals are flushed "
+              "to zero (CuPy's elementwise kernels and cuBLAS: seen on an H100)")
+
+
 # -- "cuda-fast" -----------------------------------------------------------------------------
 _TINY32 = 2.0 ** -126      # smallest normal float32: FTZ flushes anything below it
 _SIN_ABS = 2.0 ** -21.41
@@ -1011,7 +1026,9 @@ CUDA = _cuda()
 CUDA_FAST = _cuda_fast()
 TF32 = _tf32()
 
-_PRESETS = {"ieee": IEEE, "numpy": NUMPY, "cuda": CUDA, "cuda-fast": CUDA_FAST, "tf32": TF32}
+CUPY = _cupy()
+_PRESETS = {"ieee": IEEE, "numpy": NUMPY, "cuda": CUDA, "cuda-fast": CUDA_FAST, "tf32": TF32,
+            "cupy": CUPY}
 #: Names accepted by :func:`get_policy`.
 PRESETS = tuple(_PRESETS)
 #: The policy used when none is given: NumPy's actual math.

@@ -35,6 +35,11 @@ import numpy as np
 from fpx import formats as _formats
 from fpx import tree
 from fpx.core import Interpreter, Tracer, concrete, current_interpreter, using
+from fpx.core import is_cupy as _is_cupy, to_host as _host
+
+
+def _dtype_of(v):
+    return v.dtype if hasattr(v, "dtype") else np.asarray(v).dtype
 from fpx.kernels import stochastic as _K
 from fpx.policy import get_policy
 from fpx.transform import adapt, check_dtype, is_array_leaf, wraps
@@ -68,14 +73,6 @@ def sample_keys(seed: int, indices) -> np.ndarray:
         st = np.random.SeedSequence(seed, spawn_key=(int(i),)).generate_state(2, np.uint32)
         out[j] = (np.uint64(st[0]) << np.uint64(32)) | np.uint64(st[1])
     return out
-
-
-def _is_cupy(x):
-    return type(x).__module__.split(".")[0] == "cupy"
-
-
-def _host(x):
-    return x.get() if _is_cupy(x) else np.asarray(x)
 
 
 def _fmt(dt):
@@ -165,12 +162,12 @@ class StochasticInterpreter(Interpreter):
     def result_dtype(self, prim, vals, params):
         """NumPy's result dtype of ``prim`` on these operands (weak Python scalars kept)."""
         key = (prim.name, tuple(type(v) if np.isscalar(v) and not isinstance(v, np.generic)
-                                else np.asarray(v).dtype for v in vals),
+                                else _dtype_of(v) for v in vals),
                tuple(sorted((k, str(v)) for k, v in params.items() if k in ("to", "dtype"))))
         dt = self._dt_cache.get(key)
         if dt is None:
             dummies = [v if (np.isscalar(v) and not isinstance(v, np.generic))
-                       else np.zeros((1,), np.asarray(v).dtype) for v in vals]
+                       else np.zeros((1,), _dtype_of(v)) for v in vals]
             with np.errstate(all="ignore"):
                 r = prim.impl_for(_numpy_backend())(*dummies, **params)
             dt = self._dt_cache[key] = np.asarray(r).dtype
@@ -749,8 +746,19 @@ def stochastic(f=None, mode: str = "sr", *, samples: int = 10, seed: int = 0, po
     @wraps(f)
     def sampled(*args, **kwargs):
         ad = adapt(f, args, kwargs)          # torch modules / functions of tensors
-        opts = dict(options, policy=ad.policy if policy is None else policy)
-        out = _run(ad.fn, ad.args, ad.kwargs, int(samples), opts, executor, progress)
+        fn, a, k = ad.fn, ad.args, ad.kwargs
+        leaves, td = tree.flatten((a, k))
+        on_gpu = any(_is_cupy(x) for x in leaves)
+        if on_gpu:   # the rounding kernels are CPU code: sample on host copies, return CuPy
+            a, k = tree.unflatten(td, [_host(x) if _is_cupy(x) else x for x in leaves])
+            fn = fn.on_host() if hasattr(fn, "on_host") else fn
+        default = "cupy" if on_gpu and ad.policy is None else ad.policy
+        opts = dict(options, policy=default if policy is None else policy)
+        out = _run(fn, a, k, int(samples), opts, executor, progress)
+        if on_gpu:
+            import cupy
+            out = tree.tree_map(lambda x: cupy.asarray(x) if isinstance(x, np.ndarray) else x,
+                                out)
         return ad.to_user(out)
     return sampled
 

@@ -52,6 +52,7 @@ from fpx import policy as _policy
 from fpx import tree
 from fpx.kernels import blas as _blas
 from fpx.core import FpxError, Tracer, concrete
+from fpx.core import is_cupy as _is_cupy, to_host
 from fpx.transform import Adapted
 
 __all__ = ["from_module", "TorchProgram", "to_array", "to_tensor", "adapt", "ATEN_OPS",
@@ -98,10 +99,6 @@ def torch_dtype(nd) -> "torch.dtype":
         return _TORCH_OF[np.dtype(nd)]
     except KeyError:
         raise TypeError(f"fpx.interop.torch: dtype {nd} has no torch equivalent") from None
-
-
-def _is_cupy(x) -> bool:
-    return type(x).__module__.split(".")[0] == "cupy"
 
 
 def to_array(t):
@@ -164,12 +161,23 @@ TORCH_CPU = _policy.NUMPY.replace(
 TORCH_CPU = TORCH_CPU.replace(name="torch-cpu")
 
 
-def default_policy(device="cpu"):
+def default_policy(device="cpu", convolves=True):
     """The policy describing torch's arithmetic on ``device``: :data:`TORCH_CPU` on CPU;
-    ``"cuda"`` on CUDA, ``"tf32"`` when ``torch.backends.cuda.matmul.allow_tf32`` is set."""
+    ``"cuda"`` on CUDA, ``"tf32"`` when ``torch.backends.cuda.matmul.allow_tf32`` is set, or
+    when the program ``convolves`` and ``torch.backends.cudnn.allow_tf32`` is set (its
+    default: cuDNN convolutions round their inputs to tf32 unless told not to)."""
     if torch.device(device).type == "cuda":
-        return _policy.get_policy("tf32" if torch.backends.cuda.matmul.allow_tf32 else "cuda")
+        tf32 = (torch.backends.cuda.matmul.allow_tf32
+                or (convolves and torch.backends.cudnn.allow_tf32))
+        return _policy.get_policy("tf32" if tf32 else "cuda")
     return TORCH_CPU
+
+
+def _convolves(prog) -> bool:
+    """Does the program call a convolution? (True when unknown: the dispatch fallback.)"""
+    if prog.exported is None:
+        return True
+    return any("convolution" in str(n.target) for n in prog.exported.graph.nodes)
 
 
 # =============================================================================================
@@ -1756,7 +1764,8 @@ def adapt(f, args=(), kwargs=None) -> Adapted:
     examples = _pytree.tree_map(_example, (tuple(args), kwargs))
     program = BoundProgram(prog, params, f, examples)
     return Adapted(program, a, k, lambda out: tree.tree_map(
-        lambda x: _to_user_leaf(x, device), out), default_policy(device), "torch", prog)
+        lambda x: _to_user_leaf(x, device), out),
+        default_policy(device, device.type == "cuda" and _convolves(prog)), "torch", prog)
 
 
 class BoundProgram:
@@ -1771,6 +1780,12 @@ class BoundProgram:
 
     def __call__(self, *xs, **kw):
         return self.prog.fn(self.params, *xs, **kw)
+
+    def on_host(self):
+        """The program with its parameters copied to the host (CUDA -> NumPy): where the
+        interval rules run for CuPy inputs (docs/interval.md, "CuPy arrays")."""
+        params = {k: to_host(v) if _is_cupy(v) else v for k, v in self.params.items()}
+        return BoundProgram(self.prog, params, self.f, self.examples)
 
     def __reduce__(self):
         return (_rebuild_bound, (self.f, self.examples, self.params, self.prog.mode))

@@ -262,10 +262,19 @@ def test_formats_round_on_cupy_equals_numpy(cp, fmt, mode):
 
 
 @pytest.mark.parametrize("fmt", ["bfloat16", "float8_e4m3fn", "float8_e5m2"])
-def test_formats_round_narrow_on_cupy_returns_float32_values(cp, fmt):
-    """CuPy has no bf16/fp8 dtypes: the exactly rounded values come back in float32 storage."""
-    h = np.random.default_rng(7).standard_normal(4096) * 4.0
+def test_formats_round_narrow_on_cupy_returns_its_dtype_or_float32_values(cp, fmt):
+    """A CuPy that has the format's dtype (CuPy 14: bfloat16) gets it; one without gets the
+    exactly rounded values in float32 storage. Subnormals of the format included."""
+    dt = np.dtype(fpx.formats.get(fmt).dtype)
+    try:
+        cp.zeros(1, dt)
+        want = dt
+    except Exception:
+        want = np.dtype(np.float32)
+    rng = np.random.default_rng(7)
+    h = np.concatenate([rng.standard_normal(4096) * 4.0,
+                        rng.standard_normal(512) * 2.0 ** rng.integers(-140, -5, 512)])
     expected = fpx.formats.round(h, fmt, "rn").astype(np.float32)
     got = fpx.formats.round(cp.asarray(h), fmt, "rn")
-    assert isinstance(got, cp.ndarray) and got.dtype == np.float32
-    assert _host(got).tobytes() == expected.tobytes()
+    assert isinstance(got, cp.ndarray) and got.dtype == want
+    assert _host(got).astype(np.float32).tobytes() == expected.tobytes()

@@ -3119,3 +3119,62 @@ def test_a_scaled_pending_gemm_stays_pending_and_sound(s):
         for t in (-1, 1):
             xc = x.astype(np.float64) * (1 + t * 1e-3)
             assert out.contains(prog(xc)).all()
+
+
+# ---------------------------------------------------------------------------------------------
+# Flush-to-zero formats (Policy.flush_to_zero: the "cupy" preset's float32)
+# ---------------------------------------------------------------------------------------------
+def _ftz32(a):
+    """What a flush-to-zero float32 unit stores: subnormals become (signed) zero."""
+    a = np.asarray(a, np.float32)
+    return np.where(np.abs(a) < np.float32(2.0 ** -126), a * np.float32(0), a)
+
+
+def _ftz_dot(a, b):
+    """A flush-to-zero float32 dot product: each input, product and partial sum flushed."""
+    a, b = _ftz32(a), _ftz32(b)
+    out = np.zeros((a.shape[0], b.shape[1]), np.float32)
+    for k in range(a.shape[1]):
+        out = _ftz32(out + _ftz32(a[:, k:k + 1] * b[k:k + 1, :]))
+    return out
+
+
+@pytest.mark.parametrize("case", ["exp", "scaled-subnormal", "flushed-products", "mixed-dot",
+                                  "sum-of-halves"])
+def test_flush_to_zero_policy_covers_a_flushing_unit(case):
+    f32 = np.float32
+    if case == "exp":
+        f, xs = fnp.exp, [np.array([-100.0, -90.0, -87.0, -10.0], f32)]
+        ftz = _ftz32(np.exp(xs[0]))
+    elif case == "scaled-subnormal":
+        f, xs = (lambda v: v * f32(1e30)), [np.array([1e-40, 1e-39, -3e-42, 1.0], f32)]
+        ftz = _ftz32(_ftz32(xs[0]) * f32(1e30))
+    elif case == "flushed-products":
+        f = (lambda a, b: a @ b)
+        xs = [np.full((2, 512), 1e-21, f32), np.full((512, 3), 1e-21, f32)]
+        ftz = _ftz_dot(*xs)
+    elif case == "mixed-dot":
+        f = (lambda a, b: a @ b)
+        xs = [np.array([[1e-20, 1e-19, 2e-19, 3e-38]], f32),      # one normal product
+              np.array([[1e-20], [-1e-20], [1e-19], [0.25]], f32)]
+        ftz = _ftz_dot(*xs)
+    else:
+        f, xs = (lambda v: fnp.sum(v * f32(0.5))), [np.full(1000, 2e-38, f32)]
+        ftz = np.float32(0.0)            # every halved term flushed
+    flushing = fpx.interval(f, policy="cupy")(*xs)
+    assert flushing.contains(ftz).all() and flushing.contains(flushing.value).all()
+    # the same bound without the flush model misses the flushing unit's result
+    assert not fpx.interval(f, policy="cuda")(*xs).contains(ftz).all()
+
+
+def test_flush_to_zero_leaves_normal_range_bounds_alone():
+    rng = np.random.default_rng(3)
+    a, b = (rng.standard_normal((16, 32)).astype(np.float32) for _ in range(2))
+    f = (lambda a, b: fnp.tanh(a @ b.T) + fnp.exp(a[:, :16]))
+    cupy_, cuda = fpx.interval(f, policy="cupy")(a, b), fpx.interval(f, policy="cuda")(a, b)
+    np.testing.assert_allclose(cupy_.lo, cuda.lo, rtol=1e-12, atol=1e-30)
+    np.testing.assert_allclose(cupy_.hi, cuda.hi, rtol=1e-12, atol=1e-30)
+    assert fpx.policy.get_policy("cupy").flush_to_zero == ("float32",)
+    assert fpx.policy.get_policy("cuda").flush_to_zero == ()
+    F = fpx.formats.FlushedFormat.of(fpx.formats.get("float32"))
+    assert F.name == "float32" and F.p == 24 and F.smallest_subnormal == 2.0 ** -125

@@ -701,6 +701,20 @@ def test_cuda_tensors_through_cupy():
     assert rec.outputs.is_cuda
 
 
+def test_torch_cuda_default_policy_follows_tf32_switches():
+    """(torch.device("cuda") needs no GPU: this runs everywhere.)"""
+    from fpx.interop.torch import default_policy
+    old = (torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32)
+    try:
+        torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = False, True
+        assert default_policy("cuda", convolves=False).name == "cuda"
+        assert default_policy("cuda", convolves=True).name == "tf32"
+        torch.backends.cuda.matmul.allow_tf32 = True
+        assert default_policy("cuda", convolves=False).name == "tf32"
+    finally:
+        torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = old
+
+
 def test_dropout_in_training_mode_is_refused_and_eval_is_identity():
     m = nn.Sequential(nn.Linear(4, 4), nn.Dropout(0.5))
     x = torch.randn(2, 4)
