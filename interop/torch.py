@@ -167,9 +167,17 @@ def default_policy(device="cpu", convolves=True):
     when the program ``convolves`` and ``torch.backends.cudnn.allow_tf32`` is set (its
     default: cuDNN convolutions round their inputs to tf32 unless told not to)."""
     if torch.device(device).type == "cuda":
-        tf32 = (torch.backends.cuda.matmul.allow_tf32
-                or (convolves and torch.backends.cudnn.allow_tf32))
-        return _policy.get_policy("tf32" if tf32 else "cuda")
+        mm = torch.backends.cuda.matmul
+        tf32 = mm.allow_tf32 or (convolves and torch.backends.cudnn.allow_tf32)
+        p = _policy.get_policy("tf32" if tf32 else "cuda")
+        if mm.allow_fp16_reduced_precision_reduction or mm.allow_bf16_reduced_precision_reduction:
+            # (both on by default) cuBLAS may then reduce split-K partial sums of float16 /
+            # bfloat16 GEMMs in that format: model their accumulation in the program's format
+            p = p.replace(name=p.name + "+half-reduction",
+                          matmul=_policy.OpPrecision(input=p.matmul.input),
+                          notes=p.notes + "; float16/bfloat16 matmuls accumulate in their own "
+                                "format (torch's allow_*_reduced_precision_reduction)")
+        return p
     return TORCH_CPU
 
 

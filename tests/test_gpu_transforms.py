@@ -9,6 +9,8 @@ bound, elementwise, on ordinary and adversarial inputs.
 """
 from __future__ import annotations
 
+import copy
+
 import numpy as np
 import pytest
 
@@ -250,15 +252,19 @@ def test_torch_modules_on_cuda_lie_in_their_bounds(torch_cuda):
         "encoder": (nn.TransformerEncoderLayer(64, 4, 128, dropout=0.0, batch_first=True),
                     torch.randn(2, 16, 64)),
     }
+    mods["mlp-f16"] = (nn.Sequential(nn.Linear(256, 512), nn.ReLU(), nn.Linear(512, 16)),
+                       torch.randn(64, 256))
     for name, (m, x) in mods.items():
+        dt = torch.float16 if name.endswith("f16") else torch.float32
         m = m.eval().cuda()
         x = x.cuda()
+        m.to(dt)
+        x = x.to(dt)
         with torch.no_grad():
             y = m(x)
-            y64 = m.double()(x.double())
-            m.float()
+            y64 = copy.deepcopy(m).double()(x.double())   # the same (rounded) weights, exact
         iv = fpx.interval(m)(x)
-        assert iv.value.is_cuda and iv.value.dtype == torch.float32, name
+        assert iv.value.is_cuda and iv.value.dtype == dt, name
         lo, hi = _host(iv.lo), _host(iv.hi)
         for out in (y, y64, iv.value):
             o = out.detach().double().cpu().numpy()

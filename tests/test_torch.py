@@ -704,15 +704,41 @@ def test_cuda_tensors_through_cupy():
 def test_torch_cuda_default_policy_follows_tf32_switches():
     """(torch.device("cuda") needs no GPU: this runs everywhere.)"""
     from fpx.interop.torch import default_policy
-    old = (torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32)
+    mm = torch.backends.cuda.matmul
+    old = (mm.allow_tf32, torch.backends.cudnn.allow_tf32,
+           mm.allow_fp16_reduced_precision_reduction, mm.allow_bf16_reduced_precision_reduction)
     try:
-        torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = False, True
+        mm.allow_fp16_reduced_precision_reduction = False
+        mm.allow_bf16_reduced_precision_reduction = False
+        mm.allow_tf32, torch.backends.cudnn.allow_tf32 = False, True
         assert default_policy("cuda", convolves=False).name == "cuda"
         assert default_policy("cuda", convolves=True).name == "tf32"
-        torch.backends.cuda.matmul.allow_tf32 = True
+        mm.allow_tf32 = True
         assert default_policy("cuda", convolves=False).name == "tf32"
+        # torch's defaults: half-precision GEMMs may reduce split-K partials in half precision
+        mm.allow_fp16_reduced_precision_reduction = True
+        p = default_policy("cuda", convolves=False)
+        assert p.name == "tf32+half-reduction"
+        f16 = p.resolve("matmul", np.float16)
+        assert f16.accumulate.name == "float16"
+        assert p.resolve("matmul", np.float32).input.name == "tf32"
+        assert default_policy("cpu") is fit.TORCH_CPU
     finally:
-        torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = old
+        (mm.allow_tf32, torch.backends.cudnn.allow_tf32, mm.allow_fp16_reduced_precision_reduction,
+         mm.allow_bf16_reduced_precision_reduction) = old
+
+
+@pytest.mark.gpu
+def test_layer_by_layer_classification_on_cuda():
+    """The attention example on CUDA: fused SDPA vs explicit softmax is round-off; the scale
+    applied twice is a bug in the attention layer (both modules run on the GPU, the bounds on
+    host copies)."""
+    if not torch.cuda.is_available():
+        pytest.skip("torch has no CUDA device (CPU build or no GPU)")
+    fused, explicit, twice, x = (t.cuda() for t in _example("torch_attention").cases())
+    assert fpx.classify(fused, explicit, x).kind == "roundoff"
+    v = fpx.classify(twice, explicit, x)
+    assert v.kind == "bug" and v.first_bug == "attn", v.report()
 
 
 def test_dropout_in_training_mode_is_refused_and_eval_is_identity():
