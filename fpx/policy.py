@@ -66,6 +66,10 @@ Presets (:func:`get_policy`)
     op gets an absolute ``2^-126`` term and an infinite bound when an input is subnormal (a
     flushed input can be amplified without limit, e.g. ``sqrt`` or ``x * 2**100``). float64 is
     unaffected by fast math.
+``"cupy"``
+    ``"cuda"`` as CuPy runs it (measured on an H100): float16 sums, means and cumsums
+    accumulate in float16 (CUB), and float32 subnormal inputs and results are flushed to zero
+    (``flush_to_zero``: CuPy's kernels and cuBLAS). The default for CuPy inputs.
 ``"tf32"``
     ``"cuda"`` with matmul inputs rounded to tf32 and float32 accumulation, as cuBLAS does with
     ``CUBLAS_TF32_TENSOR_OP_MATH`` / PyTorch's ``torch.backends.cuda.matmul.allow_tf32`` (and
