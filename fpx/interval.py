@@ -2063,7 +2063,7 @@ def _weighted_value_centred(self, prim, x, w, b, params):
         return None
     prec = self.resolve("matmul", np.dtype(np.float32))
     F_in, F_prod, F_acc = prec.input, prec.compute, prec.accumulate
-    F_out = _formats.get(np.dtype(np.float32))
+    F_out = _fmt_of(np.dtype(np.float32))
     if not _contains_format(F_in, F_out) or F_acc.p > 24:
         return None
     K = (int(np.prod(np.shape(wc)[1:])) if prim.name == "conv" else np.shape(wc)[-1]) + in_sum
@@ -2994,10 +2994,11 @@ def _on_device(x) -> bool:
 def _run_interval_from_device(f, leaves, td, **options):
     """CuPy inputs. The rules' NumPy calls and numba kernels are CPU code, so the bounds are
     computed on host copies of the inputs (the transfer is exact) under the ``"cupy"`` policy
-    unless one is given (a torch program's is ``"cuda"``/``"tf32"``); the program runs once more on the GPU for its own ``value``; lo, hi,
-    value and unstable come back as CuPy arrays. The GPU's result is inside the bound when the
-    policy describes the GPU's arithmetic: the bound holds for any summation order, and the
-    policy gives the CUDA math library's documented errors."""
+    unless one is given (a torch program's default is torch's CUDA policy); the program runs
+    once more on the GPU for its own ``value``; lo, hi, value and unstable come back as CuPy
+    arrays. The GPU's result is inside the bound when the policy describes the GPU's
+    arithmetic: the bound holds for any summation order, and the policy gives the CUDA math
+    library's documented errors, CuPy's float16 accumulation and its flush-to-zero."""
     import cupy
     host, plain = [], []
     for x in leaves:

@@ -165,20 +165,28 @@ def default_policy(device="cpu", convolves=True):
     """The policy describing torch's arithmetic on ``device``: :data:`TORCH_CPU` on CPU;
     ``"cuda"`` on CUDA, ``"tf32"`` when ``torch.backends.cuda.matmul.allow_tf32`` is set, or
     when the program ``convolves`` and ``torch.backends.cudnn.allow_tf32`` is set (its
-    default: cuDNN convolutions round their inputs to tf32 unless told not to)."""
-    if torch.device(device).type == "cuda":
-        mm = torch.backends.cuda.matmul
-        tf32 = mm.allow_tf32 or (convolves and torch.backends.cudnn.allow_tf32)
-        p = _policy.get_policy("tf32" if tf32 else "cuda")
-        if mm.allow_fp16_reduced_precision_reduction or mm.allow_bf16_reduced_precision_reduction:
-            # (both on by default) cuBLAS may then reduce split-K partial sums of float16 /
-            # bfloat16 GEMMs in that format: model their accumulation in the program's format
-            p = p.replace(name=p.name + "+half-reduction",
-                          matmul=_policy.OpPrecision(input=p.matmul.input),
-                          notes=p.notes + "; float16/bfloat16 matmuls accumulate in their own "
-                                "format (torch's allow_*_reduced_precision_reduction)")
-        return p
-    return TORCH_CPU
+    default: cuDNN convolutions round their inputs to tf32 unless told not to); with
+    ``"+half-reduction"`` (float16/bfloat16 GEMMs accumulating in their own format) while
+    ``torch.backends.cuda.matmul.allow_fp16/bf16_reduced_precision_reduction`` is set (their
+    default: cuBLAS may then reduce split-K partial sums in half precision)."""
+    if torch.device(device).type != "cuda":
+        return TORCH_CPU
+    mm = torch.backends.cuda.matmul
+    tf32 = bool(mm.allow_tf32 or (convolves and torch.backends.cudnn.allow_tf32))
+    half = bool(mm.allow_fp16_reduced_precision_reduction
+                or mm.allow_bf16_reduced_precision_reduction)
+    return _cuda_policy(tf32, half)
+
+
+@functools.lru_cache(maxsize=None)
+def _cuda_policy(tf32: bool, half: bool):
+    p = _policy.get_policy("tf32" if tf32 else "cuda")
+    if half:
+        p = p.replace(name=p.name + "+half-reduction",
+                      matmul=_policy.OpPrecision(input=p.matmul.input),
+                      notes=p.notes + "; float16/bfloat16 matmuls accumulate in their own "
+                            "format (torch's allow_*_reduced_precision_reduction)")
+    return p
 
 
 def _convolves(prog) -> bool:
