@@ -43,7 +43,7 @@ from fpx.kernels import interval as _K
 from fpx.core import (PRIMITIVES, EvalInterpreter, FpxError, Interpreter, Tracer, concrete,
                       current_interpreter, is_cupy, to_host, using)
 from fpx.policy import get_policy
-from fpx.transform import adapt, as_array, check_dtype, is_array_leaf, wraps
+from fpx.transform import adapt, as_array, check_dtype, is_array_leaf, on_host, wraps
 
 __all__ = ["interval", "Interval", "IntervalInterpreter"]
 
@@ -3000,20 +3000,14 @@ def _run_interval_from_device(f, leaves, td, **options):
     arithmetic: the bound holds for any summation order, and the policy gives the CUDA math
     library's documented errors, CuPy's float16 accumulation and its flush-to-zero."""
     import cupy
-    host, plain = [], []
-    for x in leaves:
-        if isinstance(x, Interval):
-            v = concrete(as_array(x.value))
-            host.append(Interval._trusted(to_host(x.lo), to_host(x.hi), to_host(v),
-                                          None if x.unstable is None else to_host(x.unstable)))
-            plain.append(x.value)
-        else:
-            host.append(to_host(x) if _is_cupy(x) else x)
-            plain.append(x)
+    host = [Interval._trusted(to_host(x.lo), to_host(x.hi), to_host(concrete(as_array(x.value))),
+                              None if x.unstable is None else to_host(x.unstable))
+            if isinstance(x, Interval) else x for x in leaves]
+    plain = [x.value if isinstance(x, Interval) else x for x in leaves]
     if options.get("policy") is None:
         options = dict(options, policy="cupy")
-    on_host = getattr(f, "on_host", None)      # a torch program's CUDA parameters
-    interp, out = run_interval(on_host() if on_host else f, *tree.unflatten(td, host), **options)
+    f_host, host = on_host(f, host)
+    interp, out = run_interval(f_host, *tree.unflatten(td, host), **options)
     a, k = tree.unflatten(td, plain)
     on_gpu = f(*a, **k)
     o_leaves, o_td = tree.flatten(out)

@@ -42,7 +42,7 @@ def _dtype_of(v):
     return v.dtype if hasattr(v, "dtype") else np.asarray(v).dtype
 from fpx.kernels import stochastic as _K
 from fpx.policy import get_policy
-from fpx.transform import adapt, check_dtype, is_array_leaf, wraps
+from fpx.transform import adapt, check_dtype, is_array_leaf, on_host, wraps
 
 __all__ = ["stochastic", "StochasticInterpreter", "sample_keys", "MODES"]
 
@@ -750,8 +750,8 @@ def stochastic(f=None, mode: str = "sr", *, samples: int = 10, seed: int = 0, po
         leaves, td = tree.flatten((a, k))
         on_gpu = any(_is_cupy(x) for x in leaves)
         if on_gpu:   # the rounding kernels are CPU code: sample on host copies, return CuPy
-            a, k = tree.unflatten(td, [_host(x) if _is_cupy(x) else x for x in leaves])
-            fn = fn.on_host() if hasattr(fn, "on_host") else fn
+            fn, leaves = on_host(fn, leaves)
+            a, k = tree.unflatten(td, leaves)
         default = "cupy" if on_gpu and ad.policy is None else ad.policy
         opts = dict(options, policy=default if policy is None else policy)
         out = _run(fn, a, k, int(samples), opts, executor, progress)

@@ -15,7 +15,7 @@ from typing import Callable
 import numpy as np
 
 from fpx import tree
-from fpx.core import Interpreter, Tracer, current_interpreter, using
+from fpx.core import Interpreter, Tracer, current_interpreter, is_cupy, to_host, using
 
 _OK_KINDS = "fiub"
 
@@ -56,6 +56,15 @@ def run(interp_factory: Callable[[Interpreter], Interpreter],
     with using(interp):
         out = f(*a, **k)
     return interp, out
+
+
+def on_host(f, leaves):
+    """``(f, leaves)`` for a transform whose kernels are CPU code, given inputs on the GPU:
+    CuPy leaves copied to the host (exact), and a torch program's CUDA parameters with them
+    (``f.on_host()``). The transforms run there and return CuPy results (docs/interval.md,
+    "CuPy arrays")."""
+    f = f.on_host() if hasattr(f, "on_host") else f
+    return f, [to_host(x) if is_cupy(x) else x for x in leaves]
 
 
 def own(interp: Interpreter, x) -> bool:
