@@ -2129,7 +2129,19 @@ def _weighted_value_centred(self, prim, x, w, b, params):
         # finite, and a radius that is not (bfloat16 past its range) is ``n_bad`` below
         if not m * bmax * K * (1.0 + c) * (1 + 2.0 ** -40) <= F_acc.max:
             return None
-        v = self.value_of(prim, (x, w, b if in_sum else None), params)   # the program's value
+        halves = None
+        if (split is not None and prim.name == "linear" and _blas.active()
+                and type(self.parent) is EvalInterpreter):
+            # a torch program's value is fpx's own execution (docs/torch.md): here the
+            # split-K one, fl(fl(C1 + C2) + b) from the centre's two float32 half GEMMs (a
+            # float32 GEMM in one more order), instead of a third GEMM over all of K
+            halves = _half_k(vx.reshape(-1, wc.shape[-1]), wc.T)
+            v = np.add(*halves)
+            if in_sum:
+                np.add(v, bc, out=v)
+            v = v.reshape(vx.shape[:-1] + (wc.shape[0],))
+        else:
+            v = self.value_of(prim, (x, w, b if in_sum else None), params)   # the program's
         top = F_acc.max if F_acc.has_inf else math.inf
         bounds = None
         if split is not None and prim.name == "conv":
@@ -2145,7 +2157,8 @@ def _weighted_value_centred(self, prim, x, w, b, params):
                 vx.shape[:-1] + (wc.shape[0],), rad[0], rad[1], rad[2] + absterm + split[3],
                 rad[1] / f * (c + _gamma(K + 2, 2.0 ** -53)), split, sp, K, absterm, top,
                 value=v if (F_out.name == F_acc.name and F_acc.has_inf
-                            and isinstance(v, np.ndarray) and v.ndim) else None)
+                            and isinstance(v, np.ndarray) and v.ndim) else None,
+                halves=halves)
             if bounds is None:
                 center, f2, absterm = _own_point_centre(self, prim, vx, wc, bc, in_sum, params,
                                                         K, sp, absterm)

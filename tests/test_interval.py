@@ -3178,3 +3178,16 @@ def test_flush_to_zero_leaves_normal_range_bounds_alone():
     assert fpx.policy.get_policy("cuda").flush_to_zero == ()
     F = fpx.formats.FlushedFormat.of(fpx.formats.get("float32"))
     assert F.name == "float32" and F.p == 24 and F.smallest_subnormal == 2.0 ** -125
+
+
+def test_point_linear_value_of_a_numpy_program_is_the_programs():
+    """Outside a torch program the split-K centre's halves do not replace the value: the
+    value of a NumPy program is what the program computes, bit for bit."""
+    rng = np.random.default_rng(35)
+    x, w, b = (rng.standard_normal(sh).astype(np.float32) for sh in ((64, 256), (96, 256),
+                                                                     (96,)))
+    for in_sum in (False, True):
+        def f(h):
+            return fnn.linear(h, w, b, bias_in_sum=in_sum)
+        out = fpx.interval(f)(x)
+        assert np.array_equal(out.value, f(x)) and out.contains(f(x)).all()

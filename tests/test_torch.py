@@ -1035,3 +1035,35 @@ def test_strided_reshape_copies_on_torch_as_numpy_does():
     assert np.array_equal(got, np.reshape(a, (128, 64, 64))) and got.flags.c_contiguous
     with blas.torch_gemms(), pytest.raises(ValueError):              # NumPy's error
         blas.reshape(a, (7, -1))
+
+
+@pytest.mark.parametrize("bias", [True, False])
+def test_point_linear_value_is_the_split_k_execution_of_its_centre(bias):
+    """A torch program's float32 point linear layer takes its value from the split-K centre's
+    two half GEMMs, fl(fl(C1 + C2) + b) (fpx's own execution: a float32 GEMM in one more
+    summation order), not a third GEMM: the value is that sum bit for bit, inside the bound
+    with the module's own output, float32 runs in other orders and the float64 output."""
+    g = torch.Generator().manual_seed(8)
+    m = nn.Linear(256, 96, bias=bias).eval()
+    with torch.no_grad():
+        m.weight.copy_(torch.randn(96, 256, generator=g))
+        if bias:
+            m.bias.copy_(torch.randn(96, generator=g))
+    x = torch.randn(4, 32, 256, generator=g)
+    iv = fpx.interval(m)(x)
+    xs, wt = x.numpy().reshape(-1, 256), m.weight.detach().numpy().T
+    h1 = torch.matmul(torch.from_numpy(xs[:, :128]), torch.from_numpy(wt[:128])).numpy()
+    h2 = torch.matmul(torch.from_numpy(xs[:, 128:]), torch.from_numpy(wt[128:])).numpy()
+    v = h1 + h2
+    if bias:
+        v = v + m.bias.detach().numpy()
+    assert np.array_equal(np.asarray(iv.value), v.reshape(4, 32, 96))
+    with torch.no_grad():
+        ref = m(x)
+        assert iv.contains(ref).all() and iv.contains(m.double()(x.double())).all()
+        m.float()
+    b = m.bias.detach().numpy() if bias else np.float32(0)
+    for order in (slice(None), slice(None, None, -1)):        # sequential sums, both ways
+        terms = (x.numpy()[..., None, :] * m.weight.detach().numpy())[..., order]
+        y = np.cumsum(terms, axis=-1, dtype=np.float32)[..., -1] + b
+        assert iv.contains(y.astype(np.float32)).all()
