@@ -2129,24 +2129,31 @@ def _weighted_value_centred(self, prim, x, w, b, params):
         # finite, and a radius that is not (bfloat16 past its range) is ``n_bad`` below
         if not m * bmax * K * (1.0 + c) * (1 + 2.0 ** -40) <= F_acc.max:
             return None
-        halves = None
-        if (split is not None and prim.name == "linear" and _blas.active()
-                and type(self.parent) is EvalInterpreter):
-            # a torch program's value is fpx's own execution (docs/torch.md): here the
-            # split-K one, fl(fl(C1 + C2) + b) from the centre's two float32 half GEMMs (a
-            # float32 GEMM in one more order), instead of a third GEMM over all of K
-            halves = _half_k(vx.reshape(-1, wc.shape[-1]), wc.T)
-            v = np.add(*halves)
-            if in_sum:
-                np.add(v, bc, out=v)
-            v = v.reshape(vx.shape[:-1] + (wc.shape[0],))
-        else:
+        halves = parts = v = None
+        if (split is not None and _blas.active() and type(self.parent) is EvalInterpreter
+                and F_out.name == F_acc.name):
+            # a torch program's value is fpx's own execution (docs/torch.md): here from the
+            # split centre's two float32 parts (half GEMMs over K, a convolution's input-
+            # channel blocks), fl(fl(P1 + P2) + b) -- a float32 sum in one more order --
+            # instead of one more GEMM or convolution over all of K
+            if prim.name == "linear":
+                halves = _half_k(vx.reshape(-1, wc.shape[-1]), wc.T)
+                v = np.add(*halves)
+                if in_sum:
+                    np.add(v, bc, out=v)
+                v = v.reshape(vx.shape[:-1] + (wc.shape[0],))
+            else:
+                parts = _conv_parts(vx, wc, bc if in_sum else None, params, rad,
+                                    rad[2] + absterm + split[3])
+                if parts is not None:
+                    v = _parts_value(parts, bc if in_sum else None, np.shape(rad[0]))
+        if v is None:
             v = self.value_of(prim, (x, w, b if in_sum else None), params)   # the program's
         top = F_acc.max if F_acc.has_inf else math.inf
         bounds = None
         if split is not None and prim.name == "conv":
             bounds = _conv_split_bounds(vx, wc, bc if in_sum else None, params, rad,
-                                        rad[2] + absterm + split[3], split, top)
+                                        rad[2] + absterm + split[3], split, top, parts)
             if bounds is None:
                 center, f2, absterm = _own_point_centre(self, prim, vx, wc, bc, in_sum, params,
                                                         K, sp, absterm)
@@ -2349,7 +2356,31 @@ def _conv_block_terms(w):
     return (cg - cg // 2) * int(np.prod(np.shape(w)[2:])) if cg >= 2 else 0
 
 
-def _conv_split_bounds(x, w, b, params, rad, add, split, top):
+def _conv_parts(x, w, b, params, rad, add):
+    """``conv_blocks_f32`` of a point convolution's two input-channel blocks (see
+    ``_conv_split_bounds``): stacked in one grouped convolution where nothing else is per
+    channel; None where it does not apply."""
+    R = rad[0]
+    stacked = (b is None and isinstance(R, np.ndarray) and R.flags.c_contiguous
+               and np.isscalar(add) and np.isscalar(rad[1]))
+    return _kconv.conv_blocks_f32(x, w, params.get("stride"), params.get("padding"),
+                                  params.get("dilation"), params.get("groups"), 2,
+                                  stacked=stacked)
+
+
+def _parts_value(parts, b, shape):
+    """fl(fl(P1 + P2) + b) of ``_conv_parts``' blocks (the bias, one more term of the sum, a
+    per-channel row): a float32 convolution in one more summation order."""
+    if not isinstance(parts[0], list):
+        v = np.add(parts[0][:, 0], parts[0][:, 1]).reshape(shape)
+    else:
+        v = np.add(*parts[0])
+    if b is not None:
+        np.add(v, np.reshape(b, (-1,) + (1,) * (v.ndim - 2)), out=v)
+    return v
+
+
+def _conv_split_bounds(x, w, b, params, rad, add, split, top, parts=None):
     """(lo, hi) of a float32 point convolution around the float64 sum of two oneDNN float32
     convolutions over halves of each group's input channels (``conv_blocks_f32``; a bias in
     the sum is a third part), each bounded from its own value (``_split_terms``, the same
@@ -2358,13 +2389,9 @@ def _conv_split_bounds(x, w, b, params, rad, add, split, top):
     (the four blocks and the separate float64 sum took ~2 ms more in a ResNet block conv);
     where terms do not cancel at most (1 + 2K_j/K)x the float64 centre's bound. None where
     it does not apply or a centre is not finite (the caller takes the float64 centre)."""
-    conv_args = (params.get("stride"), params.get("padding"), params.get("dilation"),
-                 params.get("groups"), 2)
     R = rad[0]
-    # one grouped convolution gives both blocks, stacked, where nothing else is per channel
-    stacked = (b is None and isinstance(R, np.ndarray) and R.flags.c_contiguous
-               and np.isscalar(add) and np.isscalar(rad[1]))
-    parts = _kconv.conv_blocks_f32(x, w, *conv_args, stacked=stacked)
+    if parts is None:
+        parts = _conv_parts(x, w, b, params, rad, add)
     if parts is None:
         return None
     if not isinstance(parts[0], list):

@@ -1067,3 +1067,34 @@ def test_point_linear_value_is_the_split_k_execution_of_its_centre(bias):
         terms = (x.numpy()[..., None, :] * m.weight.detach().numpy())[..., order]
         y = np.cumsum(terms, axis=-1, dtype=np.float32)[..., -1] + b
         assert iv.contains(y.astype(np.float32)).all()
+
+
+@pytest.mark.parametrize("bias", [False, True])
+def test_point_conv_value_is_the_sum_of_its_input_channel_blocks(bias):
+    """A torch program's float32 point convolution takes its value from the split centre's
+    two input-channel blocks, fl(fl(P1 + P2) + b) (one more summation order of the same
+    products; no third convolution): inside the bound with the module's own output, its
+    float64 output and a sequential float32 sum of the taps."""
+    g = torch.Generator().manual_seed(9)
+    m = nn.Conv2d(16, 8, 3, padding=1, bias=bias).eval()
+    with torch.no_grad():
+        m.weight.copy_(torch.randn(8, 16, 3, 3, generator=g))
+        if bias:
+            m.bias.copy_(torch.randn(8, generator=g))
+    x = torch.randn(2, 16, 9, 9, generator=g)
+    iv = fpx.interval(m)(x)
+    w = m.weight.detach()
+    with torch.no_grad():
+        p1 = F.conv2d(x[:, :8], w[:, :8], padding=1)
+        p2 = F.conv2d(x[:, 8:], w[:, 8:], padding=1)
+        v = (p1 + p2 + (m.bias.view(1, -1, 1, 1) if bias else 0)).numpy()
+        ref, ref64 = m(x), m.double()(x.double())
+        m.float()
+    got = np.asarray(iv.value)
+    assert np.array_equal(got, v)                                      # the blocks' sum
+    assert iv.contains(ref).all() and iv.contains(ref64).all() and iv.contains(got).all()
+    cols = F.unfold(x, 3, padding=1).numpy()                 # (N, 16·9, 81) taps
+    terms = cols.transpose(0, 2, 1)[..., None, :] * w.reshape(8, -1).numpy()
+    y = np.cumsum(terms, axis=-1, dtype=np.float32)[..., -1].transpose(0, 2, 1)
+    y = y.reshape(2, 8, 9, 9) + (m.bias.detach().numpy()[:, None, None] if bias else 0)
+    assert iv.contains(y.astype(np.float32)).all()
