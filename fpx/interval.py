@@ -1711,20 +1711,30 @@ def _gemm_upper_parts(L, M, K, small, scale=1.0, add=0.0, bf16=False):
     L @ M <= (R + K·2^-150) / (1 - γ_{K+1}(u32)). Falls back to float64 where float32
     overflows. ``bf16``: a bfloat16 GEMM on AMX where it runs (``_bf16_gemm_upper``, ~1.6%
     above the float32 radius) -- for value-centred radii, not for point or exact-centre bounds,
-    whose width is the radius (a point matmul stays no wider than RENDER's)."""
+    whose width is the radius (a point matmul stays no wider than RENDER's). L may be
+    bfloat16 bits already rounded up (``_K.mm_left(..., bf16=True)``)."""
     if small:
-        Lf, Mf = _f32_upper(np.asarray(L)), _f32_upper(np.asarray(M))
+        L = np.asarray(L) if bf16 else _unbits(L)
+        Lf = L if L.dtype == np.uint16 else _f32_upper(L)
+        Mf = _f32_upper(np.asarray(M))
         up = _bf16_gemm_upper(Lf, Mf) if bf16 else None
         if up is not None and np.isfinite(up[0]).all():
             return up[0], _up(scale * up[1], 1), _up(scale * up[2], 1) + add
+        Lf = _unbits(Lf)
         with np.errstate(all="ignore"):
             R = _gemm(Lf, Mf)
         if np.isfinite(R).all():
             corr = scale / (1.0 - _gamma(K + 1, 2.0 ** -24))
             return R, corr, corr * K * 2.0 ** -150 + add
     with np.errstate(all="ignore"):
-        R = _gemm(np.asarray(L, np.float64), np.asarray(M, np.float64))
+        R = _gemm(np.asarray(_unbits(L), np.float64), np.asarray(M, np.float64))
     return R, scale * (1.0 + _gamma(K + 2, 2.0 ** -53)), add
+
+
+def _unbits(L):
+    """A left factor given as bfloat16 bits (uint16, ``_K.mm_left(..., bf16=True)``) as the
+    float32 values they stand for (exact, still >= the factor); anything else as it is."""
+    return _bf16.to_float32(L) if getattr(L, "dtype", None) == np.uint16 else L
 
 
 def _weights_radius(L, W, K, add):
@@ -1738,7 +1748,7 @@ def _weights_radius(L, W, K, add):
         return (R, _up(f, 1), _up(a, 1) + add), wmax
     absW = np.abs(W)
     wmax = float(np.max(absW)) if absW.size else 0.0
-    return _gemm_upper_parts(L, absW, K, True, 1.0, add), wmax
+    return _gemm_upper_parts(_unbits(L), absW, K, True, 1.0, add), wmax
 
 
 def _bf16_gemm_upper(L, M, probe=False, maxes=False):
@@ -1746,15 +1756,29 @@ def _bf16_gemm_upper(L, M, probe=False, maxes=False):
     matmul_upper``: the rounding takes magnitudes) for float32 NumPy operands of a large
     enough GEMM (>= 2^21 products); None elsewhere (no AMX, no torch, small or CuPy
     operands). ``probe``: only whether it would run (True or None); ``maxes``: also bounds of
-    max |L| and max |M| (``matmul_upper``'s)."""
-    if not (type(L) is np.ndarray and type(M) is np.ndarray and L.dtype == np.float32
-            and M.dtype == np.float32 and L.ndim >= 2 and M.ndim >= 2
-            and L.size * M.shape[-1] >= 2 ** 21):
+    max |L| and max |M| (``matmul_upper``'s). L may be bfloat16 bits already rounded up
+    (uint16: ``_K.mm_left(..., bf16=True)``, which ``_bf16_left`` asks for)."""
+    if not (type(L) is np.ndarray and L.dtype in (np.float32, np.uint16)
+            and _bf16_gemm_runs(L.shape, M)):
         return None
     torch = _kconv._torch()
-    if not (torch and _bf16.amx(torch)):
-        return None
     return True if probe else _bf16.matmul_upper(torch, L, M, maxes, not _blas.active())
+
+
+def _bf16_gemm_runs(l_shape, M):
+    """Whether ``_bf16_gemm_upper`` runs for a left factor of shape ``l_shape`` times M."""
+    if not (type(M) is np.ndarray and M.dtype == np.float32 and len(l_shape) >= 2
+            and M.ndim >= 2 and math.prod(l_shape) * M.shape[-1] >= 2 ** 21):
+        return False
+    torch = _kconv._torch()
+    return bool(torch and _bf16.amx(torch))
+
+
+def _bf16_left(v, M):
+    """Whether the left GEMM factor of a float32 value ``v`` times M takes the bfloat16 GEMM:
+    then its kernel writes it as rounded-up bfloat16 bits directly (no float32 factor
+    written, read back and rounded in a pass of its own)."""
+    return type(v) is np.ndarray and v.dtype == np.float32 and _bf16_gemm_runs(v.shape, M)
 
 
 def _gemm_upper(L, M, K, small, scale=1.0, add=0.0):
@@ -1864,7 +1888,8 @@ def _matmul(self, prim, a, b):
                 return _matmul_close(self, v, center, rad, absA, _LazyAbs(pb, blo, bhi, st[2]),
                                      K, c, prec, F_out, [(alo, ahi, pa), (blo, bhi, pb)],
                                      rounded_inputs, amax, None, au, bu, sp.cb)
-        L, stats = _K.mm_left(pa, alo, ahi, 2 * sp.alpha, stats=True) if fused else (None, None)
+        L, stats = _K.mm_left(pa, alo, ahi, 2 * sp.alpha, stats=True,
+                              bf16=_bf16_left(pa, pb)) if fused else (None, None)
         lazy_a = fused and all(np.isfinite(stats)) and stats[0] >= 4 * c * stats[1] * 1.01
         # radii around the program's operand values (point operands: 0, no array work)
         ra = 0.0 if ap or lazy_a else _up(np.maximum(_as_f64(pa) - alo, ahi - _as_f64(pa)), 1)
@@ -2093,7 +2118,8 @@ def _weighted_value_centred(self, prim, x, w, b, params):
                                                        K, sp, absterm)
         else:
             # value-centred: L = 2α·(|v| + r) + r per input element (see _Split)
-            L, st = _left_factor(x, vx, 2 * sp.alpha)
+            L, st = _left_factor(x, vx, 2 * sp.alpha,
+                                 bf16=prim.name == "linear" and _bf16_left(vx, wc.T))
             if not all(np.isfinite(st)):
                 return None
             m, split = st[2], None
@@ -2318,15 +2344,15 @@ class _ExactCentredBounds(_CentredBounds):
         return None            # (the mul rule, on the exact bounds)
 
 
-def _left_factor(x, v, c2, with_abs=False):
-    """``mm_left(v, x.lo, x.hi, c2, stats=True, with_abs)``, in one pass from pending
+def _left_factor(x, v, c2, with_abs=False, bf16=False):
+    """``mm_left(v, x.lo, x.hi, c2, stats=True, with_abs, bf16)``, in one pass from pending
     centred bounds (``_CentredBounds`` of this value) without writing them."""
     p = x._pending
     if isinstance(p, _CentredBounds) and p.value is v:
-        r = _K.mm_left_centred(v, p.center, *p.rad, p.top, p.b, p.floor, c2, with_abs)
+        r = _K.mm_left_centred(v, p.center, *p.rad, p.top, p.b, p.floor, c2, with_abs, bf16)
         if r is not None:
             return r
-    return _K.mm_left(v, x.lo, x.hi, c2, stats=True, with_abs=with_abs)
+    return _K.mm_left(v, x.lo, x.hi, c2, stats=True, with_abs=with_abs, bf16=bf16)
 
 
 def _right_factor(x, v):
@@ -2431,7 +2457,7 @@ def _weighted_radius(self, prim, L, w, bias_r, params, K, scale, bf16=True):
             if bias_r is not None:
                 a = a + bias_r.astype(np.float64)
             return (R, _up(scale * f, 1), _up(scale * a, 3)), (lmax, wmax)
-    absL, absw = np.abs(L), np.abs(w)
+    absL, absw = np.abs(_unbits(L)), np.abs(w)
     maxes = (float(np.max(absL)) if absL.size else 0.0, float(np.max(absw)) if absw.size else 0.0)
     R = np.asarray(self.bind_parent(prim, absL, absw, bias_r, **params))
     f = _up(scale / (1.0 - _gamma(K + 1, 2.0 ** -24)), 1)
@@ -2661,7 +2687,9 @@ def _softmax(self, prim, x, *, axis=-1):
             accs = None
     if accs is None or not (cen is not None or (_all_finite(lo) and _all_finite(hi))):
         return prim.decomposition(x, axis=axis)
-    v = self.value_of(prim, (x,), {"axis": axis})
+    v = _blas.softmax(vx, axis) if type(self.parent) is EvalInterpreter else None
+    if v is None:
+        v = self.value_of(prim, (x,), {"axis": axis})
     ax = axis % np.ndim(vx)
     n = np.shape(vx)[ax]
     (r_s, a_s), (r_e, a_e), (r_d, a_d) = (_rel_abs(a, F) for a in accs)

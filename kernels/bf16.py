@@ -81,14 +81,20 @@ def round_up(torch, t, with_max=False):
     into the logical order had cost more than the GEMM), then returned as the permuted view
     where only the last two axes trade places (a transposed matrix, which the GEMM reads as
     such) and as a bfloat16 copy in logical order otherwise. ``with_max``: also the largest
-    rounded value as a float (>= max |t|; NaN if any element is NaN; 0 if empty)."""
+    rounded value as a float (>= max |t|; NaN if any element is NaN; 0 if empty). A uint16
+    array is taken as such bits already rounded (the interval kernels' left factors write
+    them directly: ``fpx/kernels/interval.py: mm_left``) and only wrapped."""
     a = t.numpy() if isinstance(t, torch.Tensor) else np.asarray(t)
     perm = tuple(int(i) for i in np.argsort([-abs(s) for s in a.strides], kind="stable"))
     dense = a.transpose(perm)
     if not dense.flags.c_contiguous:
         dense = np.ascontiguousarray(dense)
-    out = np.empty(dense.size, np.uint16)
-    top = _round_up_loop(dense.view(np.uint32).reshape(-1), out)
+    if a.dtype == np.uint16:
+        out = dense.reshape(-1)
+        top = out.max() if out.size else 0
+    else:
+        out = np.empty(dense.size, np.uint16)
+        top = _round_up_loop(dense.view(np.uint32).reshape(-1), out)
     r = torch.from_numpy(out.view(np.int16)).view(torch.bfloat16).reshape(dense.shape)
     r = r.permute(tuple(int(i) for i in np.argsort(perm)))
     n = len(perm)
@@ -96,7 +102,17 @@ def round_up(torch, t, with_max=False):
         r = r.contiguous()      # (in bfloat16: half a float32 copy; torch's matmul of such
     if not with_max:            # views took 2x longer than the copy and its own GEMM)
         return r
-    return r, float(np.uint32(int(top) << 16).view(np.float32))
+    return r, to_float(top)
+
+
+def to_float(bits):
+    """The value of bfloat16 bits (an integer) as a Python float."""
+    return float(np.uint32(int(bits) << 16).view(np.float32))
+
+
+def to_float32(bits):
+    """A float32 array of the values of a uint16 array of bfloat16 bits (exact)."""
+    return (np.asarray(bits).astype(np.uint32) << np.uint32(16)).view(np.float32)
 
 
 @functools.cache
@@ -135,7 +151,7 @@ def amx(torch) -> bool:
 def matmul_upper(torch, a, b, maxes=False, one_thread=True):
     """(R, f, a') with ``|a| @ |b| <= R·f + a'`` elementwise in exact arithmetic, for float32
     arrays ``a`` (..., M, K) and ``b`` (..., K, N) (``round_up`` takes magnitudes: the sign bit
-    is dropped), from one bfloat16 GEMM of their magnitudes rounded up (``factors(K)``); R a
+    is dropped; ``a`` may be bfloat16 bits already rounded up, uint16), from one bfloat16 GEMM of their magnitudes rounded up (``factors(K)``); R a
     float32 array. ``maxes``: also upper bounds of max |a| and max |b| (``round_up``'s; NaN
     where an operand has a NaN). None where ``factors`` has none. ``one_thread=False``: on
     torch's threads, where no OpenBLAS workers spin beside them (a torch program's run,

@@ -52,6 +52,9 @@ import numpy as np
 from numba import types
 from numba.extending import overload
 
+from fpx.kernels.bf16 import _bf16_up
+from fpx.kernels.bf16 import to_float as _bf16_to_float
+
 
 _E = 2.0 ** -52
 _TINY = 5e-324
@@ -452,13 +455,44 @@ def _put_abs_impl(absv, i, j, x):
     return put
 
 
+def _row_target(out, scratch, i):
+    """Where row i of a left factor is written: ``out[i]`` (float32), or the float32 scratch
+    row that ``_row_store`` rounds into ``out[i]`` (bfloat16 bits, uint16); compile time."""
+
+
+@overload(_row_target, inline="always")
+def _row_target_impl(out, scratch, i):
+    if out.dtype == types.uint16:
+        return lambda out, scratch, i: scratch
+    return lambda out, scratch, i: out[i]
+
+
+def _row_store(out, scratch, i):
+    """``out[i]`` = the bfloat16 bits >= the scratch row (``kernels/bf16.py: round_up``'s
+    rounding, in L1: no float32 factor written to memory); nothing for a float32 ``out``."""
+
+
+@overload(_row_store, inline="always")
+def _row_store_impl(out, scratch, i):
+    if out.dtype == types.uint16:
+        def store(out, scratch, i):
+            bits = scratch.view(np.uint32)
+            o = out[i]
+            for j in range(o.shape[0]):
+                o[j] = np.uint16(_bf16_up(bits[j]))
+        return store
+    return lambda out, scratch, i: None
+
+
 @numba.njit(cache=True, error_model="numpy")
-def _mm_left_loop(v, lo, hi, c2, out, absv):
+def _mm_left_loop(v, lo, hi, c2, out, absv, scratch):
     for i in range(out.shape[0]):
+        row = _row_target(out, scratch, i)
         for j in range(out.shape[1]):     # branch-free, no count: the loop vectorizes
             vv = np.float64(_at(v, i, j))
-            out[i, j] = _left_elem(vv, _at(lo, i, j), _at(hi, i, j), c2)
+            row[j] = _left_elem(vv, _at(lo, i, j), _at(hi, i, j), c2)
             _put_abs(absv, i, j, vv)
+        _row_store(out, scratch, i)
 
 
 @numba.njit(cache=True, error_model="numpy")
@@ -501,20 +535,41 @@ def _mm_sample_sums(v, lo, hi, rows, cols, step):
     return s_r, s_a
 
 
-def mm_left(v, lo, hi, c2, stats=False, with_abs=False):
+def _left_outs(with_abs, bf16):
+    return (np.uint16 if bf16 else np.float32,) + ((np.float32,) if with_abs else ())
+
+
+def _row_scratch(o):
+    """The float32 row that a bfloat16 left factor's rows pass through (see _row_store)."""
+    return np.empty(o.shape[1] if o.dtype == np.uint16 else 0, np.float32)
+
+
+def _max_of(o):
+    """max of a float32 left factor, or of the values of its bfloat16 bits (nonnegative
+    bfloat16 bits order as their values, NaN above inf); NaN where one is NaN, 0 if empty."""
+    if not o.size:
+        return 0.0
+    if o.dtype == np.uint16:
+        return _bf16_to_float(o.max())
+    return float(o.max())
+
+
+def mm_left(v, lo, hi, c2, stats=False, with_abs=False, bf16=False):
     """L (see above). With ``stats`` also (Σr, Σ(|v|+r), M): the sums over an even sample of
     at most 32 rows (they feed a heuristic), and ``M >= max(|v| + r)`` (for the overflow
     screen: ``max(L)/c2``, as L >= c2·(|v| + r)); all NaN if any bound is NaN. ``with_abs``
     (float32 v): also |v| from the same pass, appended (the other GEMM factor of
-    interval @ interval)."""
-    args, outs, shape, res = _flat((v, lo, hi), (np.float32,) * (1 + with_abs))
+    interval @ interval). ``bf16``: L as the bits (uint16) of bfloat16 values >= it, rounded
+    as ``kernels/bf16.py: round_up`` does, for a bfloat16 radius GEMM (no float32 L written
+    and read again); the stats are then the rounded values'."""
+    args, outs, shape, res = _flat((v, lo, hi), _left_outs(with_abs, bf16))
     o = outs[0]
-    _mm_left_loop(*args, float(c2), o, outs[1] if with_abs else None)
+    _mm_left_loop(*args, float(c2), o, outs[1] if with_abs else None, _row_scratch(o))
     L = _result(res[0], shape)
     extra = (_result(res[1], shape),) if with_abs else ()
     if not stats:
         return (L,) + extra if with_abs else L
-    top = float(o.max()) if o.size else 0.0           # NaN where any L is (a NaN bound)
+    top = _max_of(o)                                  # NaN where any L is (a NaN bound)
     if top != top:
         return (L, (math.nan, math.nan, math.nan)) + extra
     s_r, s_a = _mm_sample_sums(*args, o.shape[0], o.shape[1], max(1, o.shape[0] // 32))
@@ -624,14 +679,16 @@ def center_bounds(c, R, f, a, top, b=0.0, floor=-math.inf):
 
 
 @numba.njit(cache=True, error_model="numpy")
-def _mm_left_centred_loop(v, c, R, f, a, cb, top, floor, c2, out, absv):
+def _mm_left_centred_loop(v, c, R, f, a, cb, top, floor, c2, out, absv, scratch):
     for i in range(out.shape[0]):
+        row = _row_target(out, scratch, i)
         for j in range(out.shape[1]):     # branch-free, no count: the loop vectorizes
             lo, hi, _ = _centred(np.float64(_at(c, i, j)), np.float64(_at(R, i, j)),
                                  _at(f, i, j), _at(a, i, j), cb, top, floor)
             vv = np.float64(_at(v, i, j))
-            out[i, j] = _left_elem(vv, lo, hi, c2)
+            row[j] = _left_elem(vv, lo, hi, c2)
             _put_abs(absv, i, j, vv)
+        _row_store(out, scratch, i)
 
 
 @numba.njit(cache=True, error_model="numpy")
@@ -650,20 +707,20 @@ def _centred_sample_sums(v, c, R, f, a, cb, top, floor, rows, cols, step):
     return s_r, s_a
 
 
-def mm_left_centred(v, c, R, f, a, top, b, floor, c2, with_abs=False):
-    """``mm_left(v, lo, hi, c2, stats=True, with_abs)`` of the bounds ``center_bounds(c, R,
-    f, a, top, b, floor)`` in one pass, bit for bit, without writing them: a GEMM's
-    value-centred result through a ReLU into the next GEMM (``v`` the ReLU's value). None
-    where a bound or L is NaN or infinite (the caller takes the two passes). The caller makes
-    sure no element is ``n_bad`` for ``center_bounds``: a bad centre that the floor clamps
-    would not show here."""
-    args, outs, shape, res = _flat((v, c, R, f, a), (np.float32,) * (1 + with_abs))
+def mm_left_centred(v, c, R, f, a, top, b, floor, c2, with_abs=False, bf16=False):
+    """``mm_left(v, lo, hi, c2, stats=True, with_abs, bf16)`` of the bounds
+    ``center_bounds(c, R, f, a, top, b, floor)`` in one pass, bit for bit, without writing
+    them: a GEMM's value-centred result through a ReLU into the next GEMM (``v`` the ReLU's
+    value). None where a bound or L is NaN or infinite (the caller takes the two passes). The
+    caller makes sure no element is ``n_bad`` for ``center_bounds``: a bad centre that the
+    floor clamps would not show here."""
+    args, outs, shape, res = _flat((v, c, R, f, a), _left_outs(with_abs, bf16))
     o = outs[0]
     cb = (float(b) + 8 * _E) * (1.0 + 4 * _E)
     _mm_left_centred_loop(*args, cb, float(top), float(floor), float(c2), o,
-                          outs[1] if with_abs else None)
+                          outs[1] if with_abs else None, _row_scratch(o))
     # a bad centre or radius gives a NaN or infinite bound, so a NaN or infinite L
-    m = float(o.max()) / c2 * (1.0 + 4 * _E) if o.size and c2 > 0 else math.nan
+    m = _max_of(o) / c2 * (1.0 + 4 * _E) if o.size and c2 > 0 else math.nan
     if not m < math.inf:
         return None
     s_r, s_a = _centred_sample_sums(*args, cb, float(top), float(floor), o.shape[0],

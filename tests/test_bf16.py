@@ -296,3 +296,50 @@ def test_matmul_upper_restores_torch_threads_under_concurrent_calls():
         outs = list(ex.map(lambda _: _bf16.matmul_upper(torch, a, b)[0], range(16)))
     assert torch.get_num_threads() == before
     assert all(np.array_equal(o, outs[0]) for o in outs)
+
+
+@pytest.mark.parametrize("centred", [False, True])
+def test_left_factor_written_as_bfloat16_bits_is_round_ups_rounding(centred):
+    """A left GEMM factor written straight as bfloat16 bits (``mm_left``/``mm_left_centred``
+    with ``bf16=True``, where the radius GEMM is bfloat16) is bit for bit ``round_up`` of the
+    float32 factor -- zeros, NaN bounds, tiny and huge magnitudes, a transposed layout -- its
+    stats within the rounding's, and ``matmul_upper`` of the bits equals that of the float32
+    factor; the bits' float32 values (the fallback GEMM's operand) are >= the factor."""
+    from fpx.kernels import interval as K
+    torch = _torch_or_skip(need_native=False)
+    rng = np.random.default_rng(95)
+    v = (rng.standard_normal((48, 70)) * 10.0 ** rng.integers(-30, 30, (48, 70))).astype(F32)
+    v[0, :5] = 0.0
+    c = v.astype(F64) + rng.standard_normal(v.shape) * 1e-6 * np.abs(v)
+    R = np.abs(rng.standard_normal(v.shape)).astype(F32) * 1e-3
+    R[0, :3] = 0.0
+    c[0, :3] = 0.0
+    lo, hi = c - R, c + R
+    for vv, a, b in ((v, lo, hi), (v.T, lo.T, hi.T)):          # C order and transposed
+        if centred:
+            args = (vv, c if vv is v else c.T, R if vv is v else R.T, 1.0, 0.0, np.inf, 1e-7,
+                    -np.inf, 2.0 ** -20)
+            r32, r16 = K.mm_left_centred(*args), K.mm_left_centred(*args, bf16=True)
+        else:
+            r32 = K.mm_left(vv, a, b, 2.0 ** -20, stats=True)
+            r16 = K.mm_left(vv, a, b, 2.0 ** -20, stats=True, bf16=True)
+        (L32, st32), (L16, st16) = r32[:2], r16[:2]
+        assert L16.dtype == np.uint16 and L16.shape == L32.shape
+        ref = _bf16.round_up(torch, L32).view(torch.int16).numpy().view(np.uint16)
+        assert np.array_equal(L16, ref)
+        up = _bf16.to_float32(L16)
+        fin = np.isfinite(L32)
+        assert np.all(up[fin] >= L32[fin]) and np.array_equal(np.isnan(up), np.isnan(L32))
+        assert (np.isnan(st32[2]) and np.isnan(st16[2])) or st32[2] <= st16[2] <= \
+            st32[2] * (1 + 2.0 ** -7) * (1 + 2.0 ** -50)
+        assert np.all(fin)
+        w = np.abs(rng.standard_normal((L32.shape[1], 33))).astype(F32)
+        a32, a16 = _bf16.matmul_upper(torch, L32, w), _bf16.matmul_upper(torch, L16, w)
+        assert np.array_equal(a32[0], a16[0]) and a32[1:] == a16[1:]
+    bad = lo.copy()
+    bad[5, 7] = np.nan                                       # a NaN bound: NaN bits, NaN max
+    L32, st32 = K.mm_left(v, bad, hi, 2.0 ** -20, stats=True)
+    L16, st16 = K.mm_left(v, bad, hi, 2.0 ** -20, stats=True, bf16=True)
+    ref = _bf16.round_up(torch, L32).view(torch.int16).numpy().view(np.uint16)
+    assert np.array_equal(L16, ref) and np.isnan(_bf16.to_float32(L16)[5, 7])
+    assert np.isnan(st16[2]) and np.isnan(st32[2])

@@ -1098,3 +1098,32 @@ def test_point_conv_value_is_the_sum_of_its_input_channel_blocks(bias):
     y = np.cumsum(terms, axis=-1, dtype=np.float32)[..., -1].transpose(0, 2, 1)
     y = y.reshape(2, 8, 9, 9) + (m.bias.detach().numpy()[:, None, None] if bias else 0)
     assert iv.contains(y.astype(np.float32)).all()
+
+
+def test_softmax_value_in_a_torch_program_is_torchs_kernel():
+    """In a torch program the softmax rule's value is torch's own CPU kernel (the module's
+    bits, as the layer norm's), inside the bound with the decomposition's NumPy value, the
+    float64 softmax and torch's softmax of points sampled from the box."""
+    from fpx.kernels import blas
+    g = torch.Generator().manual_seed(10)
+    m = nn.Softmax(-1).eval()
+    x = torch.randn(3, 5, 40, generator=g) * 4
+    x64 = x.double().numpy()
+    xin = fpx.Interval(x64 - 1e-3, x64 + 1e-3, x)
+    iv = fpx.interval(m)(xin)
+    assert torch.equal(torch.as_tensor(np.asarray(iv.value)), torch.softmax(x, -1))
+    xn = x.numpy()
+    e = np.exp(xn - xn.max(-1, keepdims=True))
+    assert iv.contains(e / e.sum(-1, keepdims=True)).all()
+    assert iv.contains(torch.softmax(x.double(), -1)).all()
+    rng = np.random.default_rng(10)
+    for _ in range(8):
+        xp = (x64 + rng.uniform(-1e-3, 1e-3, x64.shape)).astype(np.float32)
+        xp = np.clip(xp, x64 - 1e-3, x64 + 1e-3).astype(np.float32)
+        inside = (xp >= x64 - 1e-3) & (xp <= x64 + 1e-3)
+        y = torch.softmax(torch.from_numpy(np.where(inside, xp, xn)), -1)
+        assert iv.contains(y).all()
+    assert blas.softmax(xn, -1) is None                  # outside a torch program
+    with blas.torch_gemms():
+        assert np.array_equal(blas.softmax(xn, 2), torch.softmax(x, 2).numpy())
+        assert blas.softmax(xn.astype(np.float16), -1) is None
