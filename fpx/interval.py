@@ -2704,9 +2704,22 @@ def _softmax(self, prim, x, *, axis=-1):
         return prim.decomposition(x, axis=axis)
     un = None if u is None else np.broadcast_to(np.any(u, axis=ax, keepdims=True), np.shape(lo))
     if cen is not None and n > 0:
-        ylo, yhi = _K.softmax_bounds_centred(cen.center, *cen.rad, cen.top, cen.b, cen.floor,
-                                             r_s, a_s, k, r_e, a_e, r_d, a_d, dlow, dhigh,
-                                             _gamma(n + 2, 2.0 ** -53), _LIBM64_ULPS)
+        args = (cen.center, *cen.rad, cen.top, cen.b, cen.floor, r_s, a_s, k, r_e, a_e, r_d,
+                a_d, dlow, dhigh, _gamma(n + 2, 2.0 ** -53), _LIBM64_ULPS)
+        if (isinstance(v, np.ndarray) and v.dtype == np.float32 and v.shape == np.shape(vx)
+                and v.flags.c_contiguous):
+            # pending: a float32 ball about the value (4 bytes per score written instead of
+            # 16; attention's P·V reads it as its left factor, which is centred on the value
+            # anyway), the bounds themselves recomputed only where forced
+            r32, n_bad = _K.softmax_bounds_centred(*args, value=v)
+            if not n_bad:
+                def exact(floor):
+                    lo, hi = _K.softmax_bounds_centred(*args)
+                    return (lo, hi) if floor == -math.inf else \
+                        (np.maximum(lo, floor), np.maximum(hi, floor))
+                return self.new_pending(v, _ExactCentredBounds(
+                    v, (r32, 1.0, 0.0), math.inf, 0.0, -math.inf, v, exact=exact))
+        ylo, yhi = _K.softmax_bounds_centred(*args)
         return self.new(v, ylo, yhi)
     if cen is not None:
         lo, hi = x.lo, x.hi

@@ -1130,26 +1130,69 @@ def _softmax_row_underflow(dl, dh, el, eh, sl, sh, libm, ylo, yhi, r_e, a_e, r_d
         ylo[j], yhi[j] = _softmax_out(plo, phi, r_e, a_e, r_d, a_d, inv_dl_hi, inv_dh_lo, k)
 
 
+# rows per block of the softmax passes: a block's shifted arguments, exps and bounds (~1.3 MB
+# at 128 columns) stay in L2 between the passes instead of making ~110 bytes of memory
+# traffic per score
+_SOFTMAX_BLOCK = 256
+
+
 def softmax_bounds(lo, hi, r_s, a_s, k, r_e, a_e, r_d, a_d, dlow, dhigh, g64, libm):
     """fpx.interval's softmax rule (see its docstring for the derivation) along the last axis:
     two compiled row passes around NumPy's SIMD exp, elementwise loops that vectorize (the
     NumPy spelling made ~35 passes over the whole block; a scalar exp per element in the loop
     was slower still; loops that carried the rows' maxima and branches took 20 ms for the
-    encoder benchmark's 1M scores, these 4)."""
+    encoder benchmark's 1M scores, these 4), over blocks of rows that stay in cache."""
     shape = lo.shape
     lo2 = np.ascontiguousarray(lo, np.float64).reshape(-1, shape[-1])
     hi2 = np.ascontiguousarray(hi, np.float64).reshape(-1, shape[-1])
-    dl, dh = np.empty(lo2.shape), np.empty(lo2.shape)
-    _softmax_shift(lo2, hi2, float(r_s), float(a_s), float(k), dl, dh)
-    return _softmax_finish(dl, dh, shape, r_e, a_e, r_d, a_d, dlow, dhigh, g64, k, libm)
 
-
-def _softmax_finish(dl, dh, shape, r_e, a_e, r_d, a_d, dlow, dhigh, g64, k, libm):
-    el, eh = np.exp(dl), np.exp(dh)
-    ylo, yhi = np.empty(dl.shape), np.empty(dl.shape)
-    _softmax_rows(dl, dh, el, eh, float(r_e), float(a_e), float(r_d), float(a_d), float(dlow),
-                  float(dhigh), float(g64), float(k), float(libm), ylo, yhi)
+    def shift(s, e, dl, dh):
+        _softmax_shift(lo2[s:e], hi2[s:e], float(r_s), float(a_s), float(k), dl, dh)
+    ylo, yhi = np.empty(lo2.shape), np.empty(lo2.shape)
+    _softmax_blocks(shift, lo2.shape, (r_e, a_e, r_d, a_d, dlow, dhigh, g64, k, libm),
+                    ylo, yhi)
     return ylo.reshape(shape), yhi.reshape(shape)
+
+
+def _softmax_blocks(shift, shape2, consts, ylo, yhi, v=None, r32=None):
+    """The softmax passes over blocks of ``_SOFTMAX_BLOCK`` rows of a (rows, n) block:
+    ``shift(s, e, dl, dh)`` writes rows s..e of the shifted box, NumPy's exp, the bounds
+    rows into ylo/yhi -- or, with the value ``v``, into block scratch and from there into
+    a float32 ball ``r32 >= max(v - lo, hi - v)`` (``_ball_rows``); returns the ball's
+    ``n_bad`` (0 without one)."""
+    rows, n = shape2
+    bl = max(1, min(rows, _SOFTMAX_BLOCK))
+    dl, dh, el, eh = (np.empty((bl, n)) for _ in range(4))
+    if v is not None:
+        blo, bhi = np.empty((bl, n)), np.empty((bl, n))
+    c = tuple(float(z) for z in consts)
+    n_bad = 0
+    with np.errstate(all="ignore"):
+        for s in range(0, rows, bl):
+            e = min(s + bl, rows)
+            m = e - s
+            dl_b, dh_b, el_b, eh_b = dl[:m], dh[:m], el[:m], eh[:m]
+            shift(s, e, dl_b, dh_b)
+            np.exp(dl_b, out=el_b)
+            np.exp(dh_b, out=eh_b)
+            if v is None:
+                _softmax_rows(dl_b, dh_b, el_b, eh_b, *c, ylo[s:e], yhi[s:e])
+            else:
+                _softmax_rows(dl_b, dh_b, el_b, eh_b, *c, blo[:m], bhi[:m])
+                n_bad += _ball_rows(v[s:e], blo[:m], bhi[:m], r32[s:e])
+    return n_bad
+
+
+@numba.njit(cache=True, error_model="numpy")
+def _ball_rows(v, lo, hi, r32):
+    n_bad = 0
+    for i in range(r32.shape[0]):
+        for j in range(r32.shape[1]):
+            vv = np.float64(v[i, j])
+            r = max(vv - lo[i, j], hi[i, j] - vv) * (1.0 + 4 * _E)  # two roundings
+            r32[i, j] = _f32_up(r)
+            n_bad += (r != r) | ~(r <= 3.0e38) | (abs(vv) == math.inf) | (vv != vv)
+    return n_bad
 
 
 def rows_of(c, R, f, a):
@@ -1164,19 +1207,31 @@ def rows_of(c, R, f, a):
 
 
 def softmax_bounds_centred(c, R, f, a, top, b, floor, r_s, a_s, k, r_e, a_e, r_d, a_d, dlow,
-                           dhigh, g64, libm):
+                           dhigh, g64, libm, value=None):
     """``softmax_bounds`` of the bounds ``center_bounds(c, R, f, a, top, b, floor)`` (laid out
     as ``rows_of`` says; the caller makes sure they are all finite) without writing them:
-    pending value-centred attention scores (one pass less over 16 bytes per score)."""
+    pending value-centred attention scores (one pass less over 16 bytes per score). With the
+    output's ``value`` (float32, the scores' shape, C order): (r32, n_bad) instead, a float32
+    ball about it, r32 >= max(value - lo, hi - value) (the bounds themselves never written:
+    P·V's left factor reads the ball), n_bad counting non-finite values and radii past
+    float32's range."""
     shape = c.shape
     n = shape[-1]
     c2, R2 = c.reshape(-1, n), R.reshape(-1, n)
     f2, a2 = (float(z) if np.ndim(z) == 0 else z for z in (f, a))
-    dl, dh = np.empty(c2.shape), np.empty(c2.shape)
     cb = (float(b) + 8 * _E) * (1.0 + 4 * _E)
-    _softmax_shift_centred(c2, R2, f2, a2, cb, float(top), float(floor), float(r_s), float(a_s),
-                           float(k), dl, dh)
-    return _softmax_finish(dl, dh, shape, r_e, a_e, r_d, a_d, dlow, dhigh, g64, k, libm)
+
+    def shift(s, e, dl, dh):
+        _softmax_shift_centred(c2[s:e], R2[s:e], f2, a2, cb, float(top), float(floor),
+                               float(r_s), float(a_s), float(k), dl, dh)
+    consts = (r_e, a_e, r_d, a_d, dlow, dhigh, g64, k, libm)
+    if value is not None:
+        r32 = np.empty(c2.shape, np.float32)
+        n_bad = _softmax_blocks(shift, c2.shape, consts, None, None, value.reshape(-1, n), r32)
+        return r32.reshape(shape), n_bad
+    ylo, yhi = np.empty(c2.shape), np.empty(c2.shape)
+    _softmax_blocks(shift, c2.shape, consts, ylo, yhi)
+    return ylo.reshape(shape), yhi.reshape(shape)
 
 
 @numba.njit(cache=True, error_model="numpy")

@@ -2969,6 +2969,63 @@ def test_centred_factor_and_softmax_kernels_equal_their_two_passes(floor):
     assert K.mm_right_centred(v, c, Rb, 1.0, 0.0, np.inf, 0.0, floor) is None
 
 
+@pytest.mark.parametrize("block", [256, 7])
+def test_softmax_ball_about_its_value_covers_the_bounds(block, monkeypatch):
+    """``softmax_bounds_centred(..., value=v)``: a float32 radius about the softmax's value
+    that covers the bounds elementwise and is no wider than they need (two roundings up),
+    over row blocks of any size (a last partial block too); the bounds themselves are
+    unchanged by the blocking, bit for bit; a non-finite value counts as bad."""
+    from fpx.kernels import interval as K
+    rng = np.random.default_rng(12)
+    c = (rng.standard_normal((4, 9, 40)) * 3).astype(np.float32)
+    R = (np.abs(rng.standard_normal(c.shape)) * 1e-3).astype(np.float32)
+    sm = (1e-7, 1e-45, 1e-15, 3e-7, 1e-45, 6e-8, 1e-45, 0.999, 1.001, 1e-13, 4)
+    args = (c, R, 1.0001, 1e-9, 3.4e38, 1e-7, -np.inf) + sm
+    ref = K.softmax_bounds_centred(*args)
+    monkeypatch.setattr(K, "_SOFTMAX_BLOCK", block)
+    lo, hi = K.softmax_bounds_centred(*args)
+    assert np.array_equal(lo, ref[0]) and np.array_equal(hi, ref[1])
+    e = np.exp(c - c.max(-1, keepdims=True))
+    v = (e / e.sum(-1, keepdims=True)).astype(np.float32)
+    r32, n_bad = K.softmax_bounds_centred(*args, value=v)
+    need = np.maximum(v - lo, hi - v)
+    assert n_bad == 0 and r32.dtype == np.float32 and r32.shape == c.shape
+    assert np.all(r32 >= need) and np.all(r32 <= need * (1 + 2.0 ** -22) + 2.0 ** -100)
+    for bad in (np.nan, np.inf):
+        vb = v.copy()
+        vb[3, 8, 39] = bad
+        assert K.softmax_bounds_centred(*args, value=vb)[1] > 0
+
+
+def test_softmax_pending_ball_forced_gives_its_own_bounds():
+    """A softmax of pending centred scores goes pending as a ball about its value; a program
+    that returns it gets the softmax's own bounds bit for bit (those written at once where
+    the ball is refused), and the value is the program's."""
+    import fpx.nn as fnn
+    from fpx.kernels import interval as K
+    rng = np.random.default_rng(13)
+    x = rng.standard_normal((2, 24, 64)).astype(np.float32)
+    w = (rng.standard_normal((48, 64)) / 8).astype(np.float32)
+    xi = fpx.Interval.around(x, rel=1e-3)
+
+    def f(h):
+        return fnn.softmax(fnp.multiply(fnn.linear(h, w), np.float32(0.125)), -1)
+    real, balls = K.softmax_bounds_centred, []
+    try:
+        K.softmax_bounds_centred = lambda *a, **k: balls.append("value" in k) or real(*a, **k)
+        out = fpx.interval(f)(xi)
+    finally:
+        K.softmax_bounds_centred = real
+    try:            # the ball refused (as where a radius is bad): the bounds written at once
+        K.softmax_bounds_centred = lambda *a, **k: (None, 1) if "value" in k else real(*a)
+        ref = fpx.interval(f)(xi)
+    finally:
+        K.softmax_bounds_centred = real
+    assert balls[0] and np.array_equal(out.lo, ref.lo) and np.array_equal(out.hi, ref.hi)
+    assert np.array_equal(np.asarray(out.value), f(x)) and out.contains(f(x)).all()
+    assert out.contains(f(x.astype(np.float64))).all()
+
+
 def test_split_ball_contains_the_split_bounds():
     """``split_ball``: a float32 radius about the value that covers the split-K bounds of
     ``split_center_bounds`` elementwise (|v - c| + d, rounded up), the same wide elements;
@@ -3029,7 +3086,7 @@ def test_attention_keeps_its_bounds_pending():
     calls = collections.Counter()
     try:
         for n in names:
-            setattr(K, n, (lambda n: lambda *a: calls.update([n]) or real[n](*a))(n))
+            setattr(K, n, (lambda n: lambda *a, **k: calls.update([n]) or real[n](*a, **k))(n))
         out, y = fpx.interval(f)(x)
     finally:
         for n in names:
