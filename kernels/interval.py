@@ -1348,6 +1348,12 @@ def _layer_norm_rows(v, lo, hi, w, b, eps_lo, eps_hi, g_mu, g_v, g_out, d_op, d_
                 ylo[i, j] = -math.inf
                 yhi[i, j] = math.inf
             continue
+        # d/s over s in [s_lo, s_hi] through reciprocals rounded outward (no division per
+        # element: five per element had made this pass divider-bound): inv_hi <= 1/s_hi,
+        # inv_lo >= 1/s_lo (finite: s_lo >= sqrt(2^-1074)); each product's own rounding is
+        # the quotient's, which the 2ε steps below widen by
+        inv_hi = 1.0 / s_hi * (1 - 2 * _E)
+        inv_lo = 1.0 / s_lo * (1 + 2 * _E)
         for j in range(n):
             ww = np.float64(_at(w, i, j))
             bb = np.float64(_at(b, i, j))
@@ -1355,8 +1361,8 @@ def _layer_norm_rows(v, lo, hi, w, b, eps_lo, eps_hi, g_mu, g_v, g_out, d_op, d_
             rho = (rr[j] + mr + e64c + 2 * u64 * abs(d) + e_mu) * (1 + 6 * _E)
             dl = (d - rho) - abs(d - rho) * 2 * _E - _TINY
             dh = (d + rho) + abs(d + rho) * 2 * _E + _TINY
-            ql = dl / s_hi if dl >= 0 else dl / s_lo
-            qh = dh / s_lo if dh >= 0 else dh / s_hi
+            ql = dl * (inv_hi if dl >= 0 else inv_lo)     # <= dl/s_hi resp. dl/s_lo
+            qh = dh * (inv_lo if dh >= 0 else inv_hi)     # >= dh/s_lo resp. dh/s_hi
             ql -= abs(ql) * 2 * _E + _TINY
             qh += abs(qh) * 2 * _E + _TINY
             ql = max(ql, -q_max)
@@ -1367,7 +1373,7 @@ def _layer_norm_rows(v, lo, hi, w, b, eps_lo, eps_hi, g_mu, g_v, g_out, d_op, d_
             zl -= (abs(ql * ww) + abs(bb)) * 4 * _E + _TINY
             zh += (abs(qh * ww) + abs(bb)) * 4 * _E + _TINY
             X = xa[j]
-            aw = abs(ww) / s_lo
+            aw = abs(ww) * inv_lo                        # >= |w|/s_lo, rounding in rnd's 8ε
             rnd = (g_out * ((X + mu_abs) * aw + abs(bb)) + eta * (3 + 2 * aw)) * (1 + 8 * _E)
             y = zl - rnd * (1 + 2 * _E) - abs(zl) * 2 * _E - _TINY
             z = zh + rnd * (1 + 2 * _E) + abs(zh) * 2 * _E + _TINY
