@@ -529,6 +529,9 @@ def _binary_prep(self, prim, a, b, params=None):
 
 @_rule("add", "sub")
 def _add_sub(self, prim, a, b):
+    y = _add_centred(self, prim, a, b)
+    if y is not None:
+        return y
     v, (alo, ahi), (blo, bhi), un, pt = _binary_prep(self, prim, a, b)
     F = _fmt_of(np.asarray(concrete(v)).dtype)
     acc = None if F is None else self.accuracy(prim.name, F)
@@ -547,6 +550,40 @@ def _add_sub(self, prim, a, b):
         lo, hi = alo + blo, ahi + bhi
         lo, hi = self.round_result(prim.name, v, lo, hi, (alo, ahi), (blo, bhi), steps=1)
     return self.new(v, lo, hi, un)
+
+
+def _add_centred(self, prim, a, b):
+    """a + b where one operand's bounds are a GEMM's pending centred ones (``_CentredBounds``,
+    not a ball with exact bounds of its own) and the other's are not: the sum stays pending
+    and its pass reads them on the fly (``add_bounds_centred``: a residual or a bias after a
+    linear layer), bit for bit the add rule's bounds of the forced ones, which are never
+    written; None elsewhere."""
+    if prim.name != "add":
+        return None
+    x, o = (a, b) if self._own(a) and type(a._pending) is _CentredBounds else (b, a)
+    if not (self._own(x) and type(x._pending) is _CentredBounds and x.unstable is None
+            and not (self._own(o) and type(o._pending) is _CentredBounds)):
+        return None
+    v = self.value_of(prim, (a, b), {})
+    F = _fmt_of(np.asarray(concrete(v)).dtype)
+    acc = None if F is None else self.accuracy("add", F)
+    if (acc is None or acc.input_dependent or not (F.has_inf or F.name == "float64")
+            or not (isinstance(v, np.ndarray) and v.ndim)
+            or np.shape(v) != np.broadcast_shapes(np.shape(v), np.shape(x._pending.center))):
+        return None
+    olo, ohi, ou, _ = self.bounds(o, v.dtype)
+    if not all(isinstance(z, np.ndarray) or np.isscalar(z) for z in (olo, ohi)):
+        return None
+    p = x._pending
+    R, A, top = _rounding_terms(F, acc.ulps, acc.absolute, steps=1)
+
+    def pending(c):
+        lo, hi, n_bad = _K.add_bounds_centred(olo, ohi, p.center, *p.rad, p.top, p.b, p.floor,
+                                              R, A, top, c)
+        if n_bad:      # (the GEMM's rule left its bounds pending only where none can be)
+            raise FpxError("fpx.interval: internal error: a pending GEMM bound is not finite")
+        return lo, hi
+    return self.new_pending(v, pending, ou)
 
 
 def _corners(f, alo, ahi, blo, bhi):

@@ -287,6 +287,34 @@ def add_bounds(alo, ahi, blo, bhi, rel, absl, top, floor=-math.inf):
     return _result(rlo, shape), _result(rhi, shape)
 
 
+@numba.njit(cache=True, error_model="numpy")
+def _add_centred_loop(alo, ahi, c, R, f, a, cb, ctop, cfloor, rel, absl, top, floor, lo, hi):
+    n_bad = 0
+    for i in range(lo.shape[0]):
+        for j in range(lo.shape[1]):
+            bl, bh, bad = _centred(np.float64(_at(c, i, j)), np.float64(_at(R, i, j)),
+                                   _at(f, i, j), _at(a, i, j), cb, ctop, cfloor)
+            l, h = _add_rounded(np.float64(_at(alo, i, j)), np.float64(_at(ahi, i, j)), bl, bh,
+                                _at(rel, i, j), _at(absl, i, j), top)
+            lo[i, j], hi[i, j] = _at_least(l, floor), _at_least(h, floor)
+            n_bad += bad
+    return n_bad
+
+
+def add_bounds_centred(alo, ahi, c, R, f, a, ctop, b, cfloor, rel, absl, top,
+                       floor=-math.inf):
+    """``add_bounds(alo, ahi, lo_b, hi_b, rel, absl, top, floor)`` of the bounds
+    ``(lo_b, hi_b) = center_bounds(c, R, f, a, ctop, b, cfloor)`` in one pass, bit for bit,
+    without writing them (a GEMM's pending result plus a residual or a bias); returns (lo,
+    hi, n_bad), n_bad as ``center_bounds``'."""
+    (alo, ahi, c, R, f, a, rel, absl), (lo, hi), shape, (rlo, rhi) = _flat(
+        (alo, ahi, c, R, f, a, rel, absl), (np.float64, np.float64))
+    cb = (float(b) + 8 * _E) * (1.0 + 4 * _E)
+    n_bad = _add_centred_loop(alo, ahi, c, R, f, a, cb, float(ctop), float(cfloor), rel, absl,
+                              float(top), float(floor), lo, hi)
+    return _result(rlo, shape), _result(rhi, shape), n_bad
+
+
 @numba.njit(inline="always", error_model="numpy")
 def _mul_rounded(al, ah, bl, bh, r, a, top):
     """The interval product widened by ``|y|·r + a`` (``_lower``/``_upper``)."""

@@ -3026,6 +3026,38 @@ def test_softmax_pending_ball_forced_gives_its_own_bounds():
     assert out.contains(f(x.astype(np.float64))).all()
 
 
+def test_add_of_a_pending_gemm_reads_its_bounds_on_the_fly():
+    """A residual or a bias added to a linear layer's pending centred bounds: the sum's pass
+    reads them on the fly (``add_bounds_centred``), bit for bit the bounds of the forced ones
+    plus the add rule (with a ReLU after it, the residual an interval or a point, the GEMM
+    on either side); the value is the program's; a subtraction keeps the forced path."""
+    import fpx.nn as fnn
+    from fpx.kernels import interval as K
+    rng = np.random.default_rng(14)
+    x = rng.standard_normal((3, 20, 64)).astype(np.float32)
+    w = (rng.standard_normal((64, 64)) / 8).astype(np.float32)
+    b = rng.standard_normal(64).astype(np.float32)
+    xi = fpx.Interval.around(x, rel=1e-3)
+    progs = (lambda h: fnp.add(fnn.linear(h, w), h),
+             lambda h: fnp.add(h, fnn.linear(h, w)),
+             lambda h: fnp.add(fnn.linear(h, w), b),
+             lambda h: fnp.maximum(fnp.add(fnn.linear(h, w), x), np.float32(0)),
+             lambda h: fnp.subtract(fnn.linear(h, w), h))
+    real = K.add_bounds_centred
+    for k, f in enumerate(progs):
+        calls = []
+        try:
+            K.add_bounds_centred = lambda *a, **kw: calls.append(1) or real(*a, **kw)
+            out = fpx.interval(f)(xi)
+        finally:
+            K.add_bounds_centred = real
+        ref = _without_pending_bounds(f, xi)
+        assert bool(calls) == (k < 4), k
+        assert np.array_equal(out.lo, ref.lo) and np.array_equal(out.hi, ref.hi), k
+        assert np.array_equal(np.asarray(out.value), f(x)) and out.contains(f(x)).all()
+        assert out.contains(f(x.astype(np.float64))).all()
+
+
 def test_split_ball_contains_the_split_bounds():
     """``split_ball``: a float32 radius about the value that covers the split-K bounds of
     ``split_center_bounds`` elementwise (|v - c| + d, rounded up), the same wide elements;
