@@ -2386,10 +2386,24 @@ def _left_factor(x, v, c2, with_abs=False, bf16=False):
     centred bounds (``_CentredBounds`` of this value) without writing them."""
     p = x._pending
     if isinstance(p, _CentredBounds) and p.value is v:
-        r = _K.mm_left_centred(v, p.center, *p.rad, p.top, p.b, p.floor, c2, with_abs, bf16)
+        r = _K.mm_left_ball(v, p.rad[0], c2, with_abs, bf16) if _is_ball(p) else None
+        if r is None or not r[1][2] * (1 + 2.0 ** -20) < p.top:    # (nothing past top)
+            r = _K.mm_left_centred(v, p.center, *p.rad, p.top, p.b, p.floor, c2, with_abs,
+                                   bf16)
         if r is not None:
             return r
     return _K.mm_left(v, x.lo, x.hi, c2, stats=True, with_abs=with_abs, bf16=bf16)
+
+
+def _is_ball(p):
+    """Pending bounds given as a float32 ball about the value (``split_ball``, the softmax's
+    ``value=`` form: ``r >= max(v - lo, hi - v)`` of the rule's own bounds, no ReLU folded
+    in): a factor may take its radius straight from r, where nothing reaches ``top`` (the
+    factor's max(|v| + r), checked by the caller: past it the bounds would be infinite)."""
+    return (isinstance(p, _ExactCentredBounds) and p.center is p.value and p.b == 0.0
+            and p.floor == -math.inf and np.ndim(p.rad[1]) == 0 and p.rad[1] == 1.0
+            and np.ndim(p.rad[2]) == 0 and p.rad[2] == 0.0
+            and isinstance(p.rad[0], np.ndarray) and p.rad[0].dtype == np.float32)
 
 
 def _right_factor(x, v):
@@ -2397,7 +2411,9 @@ def _right_factor(x, v):
     (``_CentredBounds`` of this value) without writing them."""
     p = x._pending
     if isinstance(p, _CentredBounds) and p.value is v:
-        r = _K.mm_right_centred(v, p.center, *p.rad, p.top, p.b, p.floor)
+        r = _K.mm_right_ball(v, p.rad[0]) if _is_ball(p) else None
+        if r is None or not r[2][2] * (1 + 2.0 ** -20) < p.top:    # (nothing past top)
+            r = _K.mm_right_centred(v, p.center, *p.rad, p.top, p.b, p.floor)
         if r is not None:
             return r
     return _K.mm_right(v, x.lo, x.hi)

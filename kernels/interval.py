@@ -462,10 +462,16 @@ def _left_elem(vv, l, h, c2):
     r1, r2 = vv - l, h - vv
     nan = (r1 != r1) | (r2 != r2)
     r0 = r1 if r1 > r2 else r2
+    return np.float32(math.nan) if nan else _left_of_radius(vv, r0, c2)
+
+
+@numba.njit(inline="always", error_model="numpy")
+def _left_of_radius(vv, r0, c2):
+    """L of one element (float32) from its value and a radius r0 >= max(v - lo, hi - v)."""
     r, ah = _radius_abs_up(vv, r0)
     L = (c2 * ah + r) * (1.0 + 5 * _E)     # c2·ah may underflow: _f32_up covers it
     Lb = 0.0 if (vv == 0.0) & (r0 == 0.0) else _f32_up(L)  # zero-width zeros: L = 0
-    return np.float32(math.nan if nan else Lb)
+    return np.float32(Lb)
 
 
 def _put_abs(absv, i, j, x):
@@ -614,10 +620,16 @@ def _right_elem(vv, l, h):
     """(B̂, r_B, nan) of one element as float32 upper bounds: see ``mm_right``."""
     r1, r2 = vv - l, h - vv
     r0 = r1 if r1 > r2 else r2
+    bh, rb = _right_of_radius(vv, r0)
+    return bh, rb, (r1 != r1) | (r2 != r2)
+
+
+@numba.njit(inline="always", error_model="numpy")
+def _right_of_radius(vv, r0):
+    """(B̂, r_B) of one element from its value and a radius r0 (see ``_right_elem``)."""
     r, a = _radius_abs_up(vv, r0)
     zero = (vv == 0.0) & (r0 == 0.0)          # exact zeros stay 0 (see mm_left)
-    return (np.float32(0.0) if zero else _f32_up(a), np.float32(0.0) if zero else _f32_up(r),
-            (r1 != r1) | (r2 != r2))
+    return np.float32(0.0) if zero else _f32_up(a), np.float32(0.0) if zero else _f32_up(r)
 
 
 @numba.njit(cache=True, error_model="numpy")
@@ -755,6 +767,66 @@ def mm_left_centred(v, c, R, f, a, top, b, floor, c2, with_abs=False, bf16=False
                                     o.shape[1], max(1, o.shape[0] // 32))
     return (_result(res[0], shape), (s_r, s_a, m)) + \
         ((_result(res[1], shape),) if with_abs else ())
+
+
+@numba.njit(cache=True, error_model="numpy")
+def _mm_left_ball_loop(v, r, c2, out, absv, scratch):
+    for i in range(out.shape[0]):
+        row = _row_target(out, scratch, i)
+        for j in range(out.shape[1]):
+            vv = np.float64(_at(v, i, j))
+            row[j] = _left_of_radius(vv, np.float64(_at(r, i, j)), c2)
+            _put_abs(absv, i, j, vv)
+        _row_store(out, scratch, i)
+
+
+@numba.njit(cache=True, error_model="numpy")
+def _mm_right_ball_loop(v, r, bh, rb):
+    for i in range(bh.shape[0]):
+        for j in range(bh.shape[1]):
+            bh[i, j], rb[i, j] = _right_of_radius(np.float64(_at(v, i, j)),
+                                                  np.float64(_at(r, i, j)))
+
+
+@numba.njit(cache=True, error_model="numpy")
+def _ball_sample_sums(v, r, rows, cols, step):
+    s_r = 0.0
+    s_a = 0.0
+    for i in range(0, rows, step):        # mm_left's sample sums, over the same rows
+        for j in range(cols):
+            rr = np.float64(_at(r, i, j))
+            s_r += rr
+            s_a += abs(np.float64(_at(v, i, j))) + rr
+    return s_r, s_a
+
+
+def mm_left_ball(v, r, c2, with_abs=False, bf16=False):
+    """``mm_left(v, lo, hi, c2, stats=True, with_abs, bf16)`` for an operand known only as a
+    ball about its value, every execution within ``r`` of ``v`` (a float32 radius that covers
+    its bounds: ``split_ball``, the softmax's): the factor from r itself, no bounds formed
+    (~2x fewer operations per element than reading the ball as centred bounds). None where
+    L is NaN or infinite."""
+    args, outs, shape, res = _flat((v, r), _left_outs(with_abs, bf16))
+    o = outs[0]
+    _mm_left_ball_loop(*args, float(c2), o, outs[1] if with_abs else None, _row_scratch(o))
+    m = _max_of(o) / c2 * (1.0 + 4 * _E) if o.size and c2 > 0 else math.nan
+    if not m < math.inf:
+        return None
+    s_r, s_a = _ball_sample_sums(*args, o.shape[0], o.shape[1], max(1, o.shape[0] // 32))
+    return (_result(res[0], shape), (s_r, s_a, m)) + \
+        ((_result(res[1], shape),) if with_abs else ())
+
+
+def mm_right_ball(v, r):
+    """``mm_right(v, lo, hi)`` for an operand known as a ball about its value (see
+    ``mm_left_ball``); None where B̂ is not finite."""
+    args, (bh, rb), shape, (rbh, rrb) = _flat((v, r), (np.float32, np.float32))
+    _mm_right_ball_loop(*args, bh, rb)
+    m = float(bh.max()) if bh.size else 0.0
+    if not m < math.inf:
+        return None
+    s_r, s_a = _ball_sample_sums(*args, bh.shape[0], bh.shape[1], max(1, bh.shape[0] // 32))
+    return _result(rbh, shape), _result(rrb, shape), (s_r, s_a, m)
 
 
 def _pair(c1, c2, i, j):

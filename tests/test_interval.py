@@ -3026,6 +3026,37 @@ def test_softmax_pending_ball_forced_gives_its_own_bounds():
     assert out.contains(f(x.astype(np.float64))).all()
 
 
+def test_factors_from_a_ball_cover_it_and_are_no_wider_than_from_its_bounds():
+    """``mm_left_ball`` / ``mm_right_ball``: the GEMM factors of an operand known as a ball
+    about its value (every execution within r of v) are >= what the radius needs,
+    L >= c2·(|v| + r) + r, B̂ >= |v| + r, r_B >= r, and at most those read from the ball as
+    centred bounds (``mm_left_centred``/``mm_right_centred``, which widen it by the bounds'
+    own roundings); exact zeros stay 0; the bfloat16 form is ``round_up`` of the float32 one;
+    the stats bound max(|v| + r)."""
+    from fpx.kernels import interval as K
+    rng = np.random.default_rng(15)
+    v = (rng.standard_normal((40, 70)) * 10.0 ** rng.integers(-20, 20, (40, 70))).astype(
+        np.float32)
+    r = (np.abs(v) * np.abs(rng.standard_normal(v.shape)) * 1e-4).astype(np.float32)
+    v[0, :4], r[0, :4] = 0.0, [0.0, 0.0, 1e-30, 0.0]
+    v[0, 3] = 1e-30
+    c2 = 2.0 ** -20
+    L, st, av = K.mm_left_ball(v, r, c2, True)
+    Lc, stc, avc = K.mm_left_centred(v, v, r, 1.0, 0.0, 3.4e38, 0.0, -np.inf, c2, True)
+    v64, r64 = v.astype(np.float64), r.astype(np.float64)
+    assert np.all(L >= c2 * (np.abs(v64) + r64) + r64) and np.all(L <= Lc)
+    assert L[0, 0] == 0 and L[0, 1] == 0 and np.array_equal(av, np.abs(v))
+    assert st[2] >= np.max(np.abs(v64) + r64) and st[2] <= stc[2]
+    bh, rb, sr = K.mm_right_ball(v, r)
+    bhc, rbc, _ = K.mm_right_centred(v, v, r, 1.0, 0.0, 3.4e38, 0.0, -np.inf)
+    assert np.all(bh >= np.abs(v64) + r64) and np.all(rb >= r64) and bh[0, 0] == rb[0, 0] == 0
+    assert np.all(bh <= bhc) and np.all(rb <= rbc) and sr[2] >= np.max(np.abs(v64) + r64)
+    torch = pytest.importorskip("torch")
+    from fpx.kernels import bf16 as B
+    L16 = K.mm_left_ball(v, r, c2, bf16=True)[0]
+    assert np.array_equal(L16, B.round_up(torch, L).view(torch.int16).numpy().view(np.uint16))
+
+
 def test_add_of_a_pending_gemm_reads_its_bounds_on_the_fly():
     """A residual or a bias added to a linear layer's pending centred bounds: the sum's pass
     reads them on the fly (``add_bounds_centred``), bit for bit the bounds of the forced ones
@@ -3106,14 +3137,15 @@ def test_attention_keeps_its_bounds_pending():
     """A point in-projection (split-K) through the head split into attention: its bounds
     stay pending -- a float32 ball about the value through the moves (``split_ball``), the
     scores' centred bounds through the scale (``_CentredBounds.scaled``) into the softmax
-    (``softmax_bounds_centred``), K and V's factors from the ball (``mm_right_centred``) --
+    (``softmax_bounds_centred``, itself a ball about its value), the factors of Q, K, V and
+    the softmax straight from their balls (``mm_left_ball``, ``mm_right_ball``) --
     and the result is the eager rules' within 1e-4 of their widths, containing them where
     the ball is not involved: the in-projection's own output (forced: its exact split-K
     bounds, bit for bit, after the moves too) and the value; float64 executions inside."""
     from fpx.kernels import interval as K
     rng = np.random.default_rng(17)
     f, x = _attention_block(rng)
-    names = ("split_ball", "mm_right_centred", "softmax_bounds_centred", "mm_left_centred")
+    names = ("split_ball", "mm_right_ball", "softmax_bounds_centred", "mm_left_ball")
     real = {n: getattr(K, n) for n in names}
     calls = collections.Counter()
     try:
