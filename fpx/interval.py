@@ -1751,13 +1751,12 @@ def _gemm_upper_parts(L, M, K, small, scale=1.0, add=0.0, bf16=False):
     whose width is the radius (a point matmul stays no wider than RENDER's). L may be
     bfloat16 bits already rounded up (``_K.mm_left(..., bf16=True)``)."""
     if small:
-        L = np.asarray(L) if bf16 else _unbits(L)
-        Lf = L if L.dtype == np.uint16 else _f32_upper(L)
-        Mf = _f32_upper(np.asarray(M))
-        up = _bf16_gemm_upper(Lf, Mf) if bf16 else None
+        L, Mf = np.asarray(L), _f32_upper(np.asarray(M))
+        up = _bf16_gemm_upper(L if L.dtype == np.uint16 else _f32_upper(L), Mf) if bf16 \
+            else None
         if up is not None and np.isfinite(up[0]).all():
             return up[0], _up(scale * up[1], 1), _up(scale * up[2], 1) + add
-        Lf = _unbits(Lf)
+        Lf = _f32_upper(_unbits(L))
         with np.errstate(all="ignore"):
             R = _gemm(Lf, Mf)
         if np.isfinite(R).all():
@@ -1785,7 +1784,7 @@ def _weights_radius(L, W, K, add):
         return (R, _up(f, 1), _up(a, 1) + add), wmax
     absW = np.abs(W)
     wmax = float(np.max(absW)) if absW.size else 0.0
-    return _gemm_upper_parts(_unbits(L), absW, K, True, 1.0, add), wmax
+    return _gemm_upper_parts(L, absW, K, True, 1.0, add), wmax
 
 
 def _bf16_gemm_upper(L, M, probe=False, maxes=False):

@@ -151,7 +151,8 @@ def amx(torch) -> bool:
 def matmul_upper(torch, a, b, maxes=False, one_thread=True):
     """(R, f, a') with ``|a| @ |b| <= R·f + a'`` elementwise in exact arithmetic, for float32
     arrays ``a`` (..., M, K) and ``b`` (..., K, N) (``round_up`` takes magnitudes: the sign bit
-    is dropped; ``a`` may be bfloat16 bits already rounded up, uint16), from one bfloat16 GEMM of their magnitudes rounded up (``factors(K)``); R a
+    is dropped; ``a`` may be bfloat16 bits already rounded up, uint16), from one bfloat16
+    GEMM of their magnitudes rounded up (``factors(K)``); R a
     float32 array. ``maxes``: also upper bounds of max |a| and max |b| (``round_up``'s; NaN
     where an operand has a NaN). None where ``factors`` has none. ``one_thread=False``: on
     torch's threads, where no OpenBLAS workers spin beside them (a torch program's run,
