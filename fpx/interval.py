@@ -554,10 +554,12 @@ def _add_sub(self, prim, a, b):
 
 def _add_centred(self, prim, a, b):
     """a + b where one operand's bounds are a GEMM's pending centred ones (``_CentredBounds``,
-    not a ball with exact bounds of its own) and the other's are not: the sum stays pending
-    and its pass reads them on the fly (``add_bounds_centred``: a residual or a bias after a
-    linear layer), bit for bit the add rule's bounds of the forced ones, which are never
-    written; None elsewhere."""
+    not a ball with exact bounds of its own) and the other's are not: the sum stays pending.
+    A constant float32/float64 array (a bias) gives centred bounds about the sum's value
+    (``_CentredBounds.shifted``), which a ReLU and the next GEMM's left factor read on the
+    fly; anything else a pass that reads them on the fly (``add_bounds_centred``: a residual,
+    a bias of interval bounds), bit for bit the add rule's bounds of the forced ones, which
+    are never written. None elsewhere."""
     if prim.name != "add":
         return None
     x, o = (a, b) if self._own(a) and type(a._pending) is _CentredBounds else (b, a)
@@ -571,10 +573,20 @@ def _add_centred(self, prim, a, b):
             or not (isinstance(v, np.ndarray) and v.ndim)
             or np.shape(v) != np.broadcast_shapes(np.shape(v), np.shape(x._pending.center))):
         return None
+    p = x._pending
+    t = None if self._own(o) else concrete(o)
+    if (type(t) is np.ndarray and t.dtype == v.dtype == np.asarray(p.center).dtype
+            and F.name in ("float32", "float64") and bool(np.all(np.isfinite(t)))
+            and bool(np.all(np.isfinite(v)))):
+        # a constant bias: still centred bounds, about the sum's value (nothing n_bad)
+        shifted = p.shifted(t, acc.ulps * 2.0 ** (1 - F.p),
+                            acc.ulps * F.smallest_subnormal + acc.absolute, 2.0 ** -F.p,
+                            math.inf if F.name == "float64" else F.max, v)
+        if shifted is not None:
+            return self.new_pending(v, shifted, x.unstable)
     olo, ohi, ou, _ = self.bounds(o, v.dtype)
     if not all(isinstance(z, np.ndarray) or np.isscalar(z) for z in (olo, ohi)):
         return None
-    p = x._pending
     R, A, top = _rounding_terms(F, acc.ulps, acc.absolute, steps=1)
 
     def pending(c):
@@ -1900,14 +1912,15 @@ def _matmul(self, prim, a, b):
         y = _matmul_intervals(self, v, a, b, pa, pb, K, c, sp, prec, F_out)
         if y is not None:
             return y
-    alo, ahi = (a.lo, a.hi) if self._own(a) else (None, None)
     blo, bhi = (b.lo, b.hi) if self._own(b) else (None, None)
     with np.errstate(all="ignore"):
         # value-centred fast path for an interval activation times constant weights: one fused
         # pass gives the left GEMM factor L and Σr, Σ(|v|+r), max(|v|+r); r_A and Â are
-        # materialized only if needed
+        # materialized only if needed (A's pending centred bounds -- a GEMM's, through a bias
+        # and a ReLU -- are read by that pass and not written where the result is pending too)
         fused = (small and not ap and bp and not rounded_inputs and self.matmul != "exact-center"
                  and np.asarray(pa).dtype in (np.float32, np.float64) and np.ndim(pa) >= 1)
+        alo, ahi = (a.lo, a.hi) if self._own(a) and not fused else (None, None)
         absterm = 2 * K * (F_prod.smallest_subnormal + F_acc.smallest_subnormal)
         if (small and ap and not bp and not rounded_inputs and self.matmul != "exact-center"
                 and np.asarray(pb).dtype in (np.float32, np.float64) and np.ndim(pb) >= 1):
@@ -1924,9 +1937,15 @@ def _matmul(self, prim, a, b):
                 return _matmul_close(self, v, center, rad, absA, _LazyAbs(pb, blo, bhi, st[2]),
                                      K, c, prec, F_out, [(alo, ahi, pa), (blo, bhi, pb)],
                                      rounded_inputs, amax, None, au, bu, sp.cb)
-        L, stats = _K.mm_left(pa, alo, ahi, 2 * sp.alpha, stats=True,
-                              bf16=_bf16_left(pa, pb)) if fused else (None, None)
-        lazy_a = fused and all(np.isfinite(stats)) and stats[0] >= 4 * c * stats[1] * 1.01
+        L, stats = _left_factor(a, pa, 2 * sp.alpha, bf16=_bf16_left(pa, pb)) if fused \
+            else (None, None)
+        finite_v = bool(np.all(np.isfinite(concrete(v))))
+        # wide enough to centre on the value (a non-finite value: the exact centre, whose
+        # magnitudes Â = |v| + r_A need r_A)
+        lazy_a = (fused and finite_v and all(np.isfinite(stats))
+                  and stats[0] >= 4 * c * stats[1] * 1.01)
+        if fused and not lazy_a:
+            alo, ahi = a.lo, a.hi
         # radii around the program's operand values (point operands: 0, no array work)
         ra = 0.0 if ap or lazy_a else _up(np.maximum(_as_f64(pa) - alo, ahi - _as_f64(pa)), 1)
         rb = 0.0 if bp else _up(np.maximum(_as_f64(pb) - blo, bhi - _as_f64(pb)), 1)
@@ -1943,19 +1962,17 @@ def _matmul(self, prim, a, b):
         # constant float32 weights under the fused pass's bfloat16 radius GEMM: no |B| array
         # (the rounding takes magnitudes itself, and their max: ``_weights_radius``), the
         # array itself only where the overflow guard needs it
-        finite_v = bool(np.all(np.isfinite(concrete(v))))
-        direct_b = (lazy_a and finite_v and b_pt and type(pb) is np.ndarray
+        direct_b = (lazy_a and b_pt and type(pb) is np.ndarray
                     and pb.dtype == np.float32 and _bf16_gemm_upper(L, pb, probe=True) is not None)
         if direct_b:
             absB = Bh = bmax = None
         else:
             absB, bmax = _abs_operand(pb, small, "absB")
             Bh = absB if b_pt else _up(absB + rb)
-        if lazy_a and finite_v:      # wide enough: centred on the value, nothing else needed
+        if lazy_a:      # wide enough: centred on the value, nothing else needed
             absA = Ah = None
             point = exact_center = False
         else:
-            lazy_a = False
             absA, amax = _abs_operand(pa, small, "absA")
             Ah = absA if a_pt else _up(absA + ra)
             point = a_pt and b_pt and self.matmul != "fast"
@@ -2005,6 +2022,12 @@ def _matmul(self, prim, a, b):
             rad = _out_rounding(self, sp.scaled(rad), center, F_out, F_acc)
             cb = sp.cb
         if Ah is None:   # the guard's operand magnitude, from the fused stats
+            amax = _up(stats[2], 4)
+            y = None if au is not None or bmax is None or not b_pt else _pending_centred(
+                self, v, center, rad, cb, amax, bmax, K, c, F_out, F_acc)
+            if y is not None:
+                return y
+            alo, ahi = a.lo, a.hi
             Ah = _LazyAbs(pa, alo, ahi, stats[2])
         return _matmul_close(self, v, center, rad, Ah, Bh, K, c, prec, F_out,
                              [(alo, ahi, pa), (blo, bhi, pb)], rounded_inputs,
@@ -2056,11 +2079,10 @@ def _matmul_intervals(self, v, a, b, pa, pb, K, c, sp, prec, F_out):
                                     absterm, bf16=True)
     center = _centre_of(v)
     rad = _out_rounding(self, sp.scaled(rad), center, F_out, F_acc)
-    if (F_out.name == F_acc.name and F_acc.has_inf and a.unstable is None and b.unstable is None
-            and isinstance(v, np.ndarray) and v.ndim
-            and sa[2] * sb[2] * (1 + 2.0 ** -22) * K * (1.0 + c) * 2 <= F_acc.max):
-        return self.new_pending(v, _CentredBounds(center, rad, _acc_top(F_out, F_acc), sp.cb,
-                                                  -math.inf, v))
+    y = None if a.unstable is not None or b.unstable is not None else _pending_centred(
+        self, v, center, rad, sp.cb, sa[2], sb[2] * (1 + 2.0 ** -22), K, c, F_out, F_acc)
+    if y is not None:
+        return y
     alo, ahi, blo, bhi = a.lo, a.hi, b.lo, b.hi
     return _matmul_close(self, v, center, rad, _LazyAbs(pa, alo, ahi, sa[2]), Bh32, K, c, prec,
                          F_out, [(alo, ahi, pa), (blo, bhi, pb)], False, None,
@@ -2242,12 +2264,9 @@ def _weighted_value_centred(self, prim, x, w, b, params):
             if not exact:
                 center = _centre_of(v)
                 rad = _out_rounding(self, sp.scaled(rad), center, F_out, F_acc)
-            if (not exact and F_out.name == F_acc.name and isinstance(v, np.ndarray) and v.ndim
-                    and m * bmax * K * (1.0 + c) * 2 <= F_acc.max):
-                # pending: nothing here can be ``n_bad`` (a finite value, and a radius GEMM
-                # with room for its rounding); a ReLU and the next GEMM's left factor may
-                # take the bounds from one pass (_CentredBounds)
-                y = self.new_pending(v, _CentredBounds(center, rad, top, cb, -math.inf, v))
+            y = None if exact else _pending_centred(self, v, center, rad, cb, m, bmax, K, c,
+                                                    F_out, F_acc)
+            if y is not None:
                 return y if b is None or in_sum else _bias_after(y, prim, wc, bc)
             lo, hi, n_bad = _K.center_bounds(center, *rad, top, cb)
         if n_bad:
@@ -2256,6 +2275,22 @@ def _weighted_value_centred(self, prim, x, w, b, params):
             lo, hi = _round_bounds(lo, hi, F_out, self.accuracy("cast", F_out))
     y = self.new(v, lo, hi)
     return y if b is None or in_sum else _bias_after(y, prim, wc, bc)
+
+
+def _pending_centred(self, v, center, rad, cb, amax, bmax, K, c, F_out, F_acc):
+    """A value-centred GEMM's bounds ``center ± (R·f + a + cb·|center|)`` (``rad`` = (R, f,
+    a)) left pending (``_CentredBounds``: a bias add, a ReLU and the next GEMM's left factor
+    read them on the fly) where nothing in them can be ``n_bad`` or need the overflow guard:
+    a finite value (the caller's check), the accumulator's format is the result's, and
+    ``amax·bmax·K·(1 + c)`` (amax, bmax >= the operands' magnitudes) has a factor 2 of room
+    below its largest value -- no product or partial sum overflows, and the radius GEMM has
+    room for its rounding. None elsewhere (the caller writes the bounds)."""
+    if (F_out is not None and F_out.name == F_acc.name and F_acc.has_inf
+            and isinstance(v, np.ndarray) and v.ndim
+            and amax * bmax * K * (1.0 + c) * 2 <= F_acc.max):
+        return self.new_pending(v, _CentredBounds(center, rad, _acc_top(F_out, F_acc), cb,
+                                                  -math.inf, v))
+    return None
 
 
 def _bias_after(y, prim, wc, bc):
@@ -2323,6 +2358,40 @@ class _CentredBounds:
         return _CentredBounds(value, (self.rad[0], _up(f * g, 3),
                                       _up(a * g + b2 * e0 + e + e0, 6)),
                               top, b2, -math.inf, value, (_up(cm * abs(s) * (1 + q0) + e0, 4), rm))
+
+    def shifted(self, t, q, e, q0, top, value):
+        """The bounds of ``fl(x + t)`` for a constant array t (a bias), centred on its value
+        ``value`` = fl(c + t) (``|fl(c + t) - (c + t)| <= q0·|c + t|``: NumPy's IEEE sum,
+        exact where it underflows), where an execution's add rounds with ``|fl(z) - z| <=
+        q·|z| + e``; None where a ReLU's floor was folded in or the centre is not the value.
+        With x in c ± d, d = R·f + a + b·|c| and |c| <= |c + t| + |t|: |y - v'| <= |y - (x +
+        t)| + |x - c| + |c + t - v'| <= (1 + q)·d + (q + q0)·|c + t| + e, |c + t| <= |v'|/(1
+        - q0): R stays, f scales by 1 + q, a becomes (1 + q)·(a + b·|t|) + e (a row for a
+        bias row: with b·max|t| instead, the consumers' passes were ~20% faster but an MLP's
+        bound ~0.6% wider) and b becomes ((1 + q)·b + q + q0)/(1 - q0). The bias add then
+        writes no bounds: a ReLU folds in and the next GEMM's left factor reads them on the
+        fly. Only for a bias row (t of the last axis's length) and where that costs at most
+        2^-10 of each radius; None elsewhere (the caller's add pass)."""
+        R, f, a = self.rad
+        c = self.center
+        n = np.shape(c)[-1] if np.ndim(c) else 0
+        if not (self.floor == -math.inf and c is self.value and q < 0.5 and q0 < 0.5
+                and isinstance(R, np.ndarray) and R.shape == np.shape(c) and R.size
+                and t.size == n and t.shape[-1:] == (n,)):
+            return None
+        # only where it costs (almost) no width: what the shift adds against the add rule's
+        # bounds -- b·|t| for b·|c|, the value's rounding q0·|v'| -- at most 2^-10 of every
+        # radius R·f in its column (a bias far larger than the values takes the add pass)
+        at = np.abs(t.reshape(n)).astype(np.float64)
+        with np.errstate(all="ignore"):
+            cm = float(np.maximum(np.max(c), -np.min(c)))
+            rmin = np.min(R.reshape(-1, n), axis=0).astype(np.float64) * float(np.min(f))
+            if not np.all((self.b * at + q0 * (cm + at)) * (1 + 2.0 ** -40)
+                          <= 2.0 ** -10 * rmin):
+                return None
+        b2 = _up(((1 + q) * self.b + q + q0) / (1 - q0), 5)
+        a2 = _up((1 + q) * (a + self.b * at) + e, 5) if self.b else _up((1 + q) * a + e, 3)
+        return _CentredBounds(value, (R, _up(f * (1 + q), 2), a2), top, b2, -math.inf, value)
 
     def __call__(self, c):
         lo, hi, n_bad = _K.center_bounds(self.center, *self.rad, self.top, self.b,

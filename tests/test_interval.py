@@ -3089,6 +3089,89 @@ def test_add_of_a_pending_gemm_reads_its_bounds_on_the_fly():
         assert out.contains(f(x.astype(np.float64))).all()
 
 
+def test_bias_after_a_pending_gemm_stays_centred_and_sound():
+    """``x @ W + b`` (NumPy's matmul, fpx.nn.linear with the bias after): the GEMM's
+    value-centred bounds stay pending and a constant bias row keeps them centred about the
+    sum's value (``_CentredBounds.shifted``), through a ReLU into the next GEMM's left factor
+    (``mm_left_centred``) -- no bounds written -- where that costs at most 2^-10 of the
+    radius (a small bias); a large or cancelling bias takes the add pass, bit for bit the add
+    rule's bounds. Sound either way against executions at points of the input box with their
+    sums in other orders, and in float64; a bias whose sum overflows, a NaN in it, a float16
+    program keep the other paths."""
+    import sys
+    import fpx.nn as fnn
+    from fpx.kernels import interval as K
+    iv_mod = sys.modules["fpx.interval"]
+    rng = np.random.default_rng(23)
+    x = rng.standard_normal((24, 96)).astype(np.float32)
+    w1 = (rng.standard_normal((96, 80)) / 8).astype(np.float32)
+    w2 = (rng.standard_normal((80, 48)) / 8).astype(np.float32)
+    xi = fpx.Interval.around(x, rel=1e-3)
+    for kind in ("small", "cancel", "large"):
+        b1 = (rng.standard_normal(80) * 0.1).astype(np.float32)
+        if kind == "cancel":      # the sum nearly cancels in every element of row 0
+            b1 = (-(x[0].astype(np.float64) @ w1) * (1 + 1e-7)).astype(np.float32)
+        elif kind == "large":
+            b1 = b1 * 1e5
+        progs = (lambda h: h @ w1 + b1,
+                 lambda h: np.maximum(h @ w1 + b1, np.float32(0)) @ w2,
+                 lambda h: fnn.linear(h, w1.T.copy(), b1))
+        for f in progs:
+            calls, shifts = [], []
+            real_k, real_s = K.mm_left_centred, iv_mod._CentredBounds.shifted
+            try:
+                K.mm_left_centred = lambda *a, **kw: calls.append(1) or real_k(*a, **kw)
+                iv_mod._CentredBounds.shifted = \
+                    lambda *a, **kw: shifts.append(real_s(*a, **kw)) or shifts[-1]
+                out = fpx.interval(f)(xi)
+            finally:
+                K.mm_left_centred, iv_mod._CentredBounds.shifted = real_k, real_s
+            assert len(shifts) == 1, kind
+            shifted = shifts[0] is not None
+            assert shifted == (kind == "small"), kind
+            assert bool(calls) == (shifted and f is progs[1])
+            assert np.array_equal(np.asarray(out.value), f(x))
+            ref = _without_pending_bounds(f, xi)
+            if shifted:
+                w_ref = ref.hi - ref.lo
+                assert np.all(np.abs(out.lo - ref.lo) <= 2.0 ** -9 * w_ref)
+                assert np.all(np.abs(out.hi - ref.hi) <= 2.0 ** -9 * w_ref)
+            else:
+                assert np.array_equal(out.lo, ref.lo) and np.array_equal(out.hi, ref.hi)
+            # executions at points of the box, sums in other orders, and in float64
+            for s in range(4):
+                xp = np.clip(x * (1 + rng.uniform(-1e-3, 1e-3, x.shape)), xi.lo,
+                             xi.hi).astype(np.float32)
+                h1 = (xp[:, ::-1] @ w1[::-1]) if s % 2 else \
+                    (xp[:, :48] @ w1[:48] + xp[:, 48:] @ w1[48:])
+                y = h1 + b1
+                if f is progs[1]:
+                    y = np.maximum(y, np.float32(0))[:, ::-1] @ w2[::-1]
+                assert out.contains(y).all(), (kind, s)
+                y64 = xp.astype(np.float64) @ w1.astype(np.float64) + b1
+                if f is progs[1]:
+                    y64 = np.maximum(y64, 0) @ w2.astype(np.float64)
+                assert out.contains(y64).all(), kind
+    # the other paths: a bias whose sum overflows, a NaN in the bias, a float16 program
+    x = rng.standard_normal((8, 32)).astype(np.float32)
+    w = rng.standard_normal((32, 16)).astype(np.float32)
+    xi = fpx.Interval.around(x, rel=1e-3)
+    for b in (np.full(16, 3.4e38, np.float32),
+              np.where(np.arange(16) == 3, np.nan, 0.1).astype(np.float32)):
+        with np.errstate(all="ignore"):
+            out = fpx.interval(lambda h: h @ w + b)(xi)
+            v = x @ w + b
+            y64 = x.astype(np.float64) @ w + b
+        assert np.array_equal(np.asarray(out.value), v, equal_nan=True)
+        ok = ~np.isnan(y64)
+        assert (out.lo[ok] <= np.minimum(y64[ok], np.float64(3.4028235e38))).all()
+        assert (out.hi[ok] >= y64[ok]).all() and np.isnan(out.lo[~ok]).all()
+    x16, w16 = x.astype(np.float16), w.astype(np.float16)
+    b16 = np.full(16, 0.1, np.float16)
+    out = fpx.interval(lambda h: h @ w16 + b16)(fpx.Interval.around(x16, rel=1e-3))
+    assert out.contains(x16.astype(np.float64) @ w16.astype(np.float64) + b16).all()
+
+
 def test_split_ball_contains_the_split_bounds():
     """``split_ball``: a float32 radius about the value that covers the split-K bounds of
     ``split_center_bounds`` elementwise (|v - c| + d, rounded up), the same wide elements;
