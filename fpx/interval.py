@@ -576,9 +576,8 @@ def _add_centred(self, prim, a, b):
     p = x._pending
     t = None if self._own(o) else concrete(o)
     if (type(t) is np.ndarray and t.dtype == v.dtype == np.asarray(p.center).dtype
-            and F.name in ("float32", "float64") and bool(np.all(np.isfinite(t)))
-            and bool(np.all(np.isfinite(v)))):
-        # a constant bias: still centred bounds, about the sum's value (nothing n_bad)
+            and F.name in ("float32", "float64")):
+        # a constant bias: still centred bounds, about the sum's value
         shifted = p.shifted(t, acc.ulps * 2.0 ** (1 - F.p),
                             acc.ulps * F.smallest_subnormal + acc.absolute, 2.0 ** -F.p,
                             math.inf if F.name == "float64" else F.max, v)
@@ -1848,7 +1847,7 @@ def _scratch(shape, dtype, slot):
     if buf is None:
         if len(bufs) > 16:
             bufs.clear()
-        buf = bufs[key] = np.empty(shape, dtype)
+        buf = bufs[key] = _bf16.aligned_empty(tuple(shape), dtype)
     return buf
 
 
@@ -2381,13 +2380,15 @@ class _CentredBounds:
             return None
         # only where it costs (almost) no width: what the shift adds against the add rule's
         # bounds -- b·|t| for b·|c|, the value's rounding q0·|v'| -- at most 2^-10 of every
-        # radius R·f in its column (a bias far larger than the values takes the add pass)
+        # radius R·f in its column (a bias far larger than the values takes the add pass);
+        # and every value finite, |v'| <= (|c| + |t|)(1 + q0) < top (nothing n_bad)
         at = np.abs(t.reshape(n)).astype(np.float64)
-        with np.errstate(all="ignore"):
+        with np.errstate(all="ignore"):     # (NumPy's reductions: NaN propagates)
             cm = float(np.maximum(np.max(c), -np.min(c)))
-            rmin = np.min(R.reshape(-1, n), axis=0).astype(np.float64) * float(np.min(f))
-            if not np.all((self.b * at + q0 * (cm + at)) * (1 + 2.0 ** -40)
-                          <= 2.0 ** -10 * rmin):
+            rmin = np.min(R.reshape(-1, n), axis=0).astype(np.float64)
+            if not (np.all((self.b * at + q0 * (cm + at)) * (1 + 2.0 ** -40)
+                           <= 2.0 ** -10 * rmin * float(np.min(f)))
+                    and float(np.max(cm + at)) * (1 + 2 * q0) < top):
                 return None
         b2 = _up(((1 + q) * self.b + q + q0) / (1 - q0), 5)
         a2 = _up((1 + q) * (a + self.b * at) + e, 5) if self.b else _up((1 + q) * a + e, 3)

@@ -72,6 +72,18 @@ def _round_up_loop(bits, out):
     return top
 
 
+def aligned_empty(shape, dtype):
+    """``np.empty(shape, dtype)`` starting on a 64-byte boundary (a cache line, an AMX tile
+    row). Large NumPy arrays start 16 bytes past a page (the allocator's header): oneDNN's
+    bfloat16 GEMM took 1.6x longer on such a left factor (1.0 against 0.62 ms for 256x1024 @
+    1024x1024 on one thread), and the bound kernels write their outputs here."""
+    dt = np.dtype(dtype)
+    n = math.prod(shape) * dt.itemsize
+    buf = np.empty(n + 64, np.uint8)
+    off = -buf.ctypes.data % 64
+    return buf[off:off + n].view(dt).reshape(shape)
+
+
 def round_up(torch, t, with_max=False):
     """A bfloat16 tensor >= |t| elementwise (t: a float32 tensor or array): the upper 16 bits
     of each float32's magnitude, incremented where the lower ones are not all zero (directed
@@ -93,7 +105,7 @@ def round_up(torch, t, with_max=False):
         out = dense.reshape(-1)
         top = out.max() if out.size else 0
     else:
-        out = np.empty(dense.size, np.uint16)
+        out = aligned_empty((dense.size,), np.uint16)
         top = _round_up_loop(dense.view(np.uint32).reshape(-1), out)
     r = torch.from_numpy(out.view(np.int16)).view(torch.bfloat16).reshape(dense.shape)
     r = r.permute(tuple(int(i) for i in np.argsort(perm)))

@@ -52,7 +52,7 @@ import numpy as np
 from numba import types
 from numba.extending import overload
 
-from fpx.kernels.bf16 import _bf16_up
+from fpx.kernels.bf16 import _bf16_up, aligned_empty
 from fpx.kernels.bf16 import to_float as _bf16_to_float
 
 
@@ -97,7 +97,7 @@ def _flat(args, out_dtypes, outs=None):
             o = None if outs is None else outs[k]
             if not (isinstance(o, np.ndarray) and o.shape == shape and o.dtype == dt
                     and o.flags.writeable and np.transpose(o, perm).flags.c_contiguous):
-                o = np.empty(pshape, dt).transpose(inv)
+                o = aligned_empty(pshape, dt).transpose(inv)
             res.append(o)
         return flat, [np.transpose(o, perm).reshape(rows, cols) for o in res], shape, res
     per_row = _per_row_split(args, shape)
@@ -114,7 +114,7 @@ def _flat(args, out_dtypes, outs=None):
                 flat.append(a.reshape(rows, cols))
             else:
                 flat.append(float(np.asarray(a).reshape(-1)[0]))
-        res = [np.empty(shape, dt) for dt in out_dtypes]
+        res = [aligned_empty(shape, dt) for dt in out_dtypes]
         if outs is not None:
             res = [o if isinstance(o, np.ndarray) and o.shape == shape and o.dtype == dt
                    and o.flags.c_contiguous and o.flags.writeable else r
@@ -141,7 +141,7 @@ def _flat(args, out_dtypes, outs=None):
         o = None if outs is None else outs[k]
         if not (isinstance(o, np.ndarray) and o.shape == shape and o.dtype == dt
                 and o.flags.c_contiguous and o.flags.writeable):
-            o = np.empty(shape, dt)
+            o = aligned_empty(shape, dt)
         res.append(o)
     return flat, [o.reshape(rows, cols) for o in res], shape, res
 
