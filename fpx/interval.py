@@ -1847,7 +1847,7 @@ def _scratch(shape, dtype, slot):
     if buf is None:
         if len(bufs) > 16:
             bufs.clear()
-        buf = bufs[key] = _bf16.aligned_empty(tuple(shape), dtype)
+        buf = bufs[key] = np.empty(shape, dtype)
     return buf
 
 

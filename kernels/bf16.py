@@ -76,7 +76,8 @@ def aligned_empty(shape, dtype):
     """``np.empty(shape, dtype)`` starting on a 64-byte boundary (a cache line, an AMX tile
     row). Large NumPy arrays start 16 bytes past a page (the allocator's header): oneDNN's
     bfloat16 GEMM took 1.6x longer on such a left factor (1.0 against 0.62 ms for 256x1024 @
-    1024x1024 on one thread), and the bound kernels write their outputs here."""
+    1024x1024 on one thread): ``round_up`` and the interval kernels write bfloat16 bits
+    here."""
     dt = np.dtype(dtype)
     n = math.prod(shape) * dt.itemsize
     buf = np.empty(n + 64, np.uint8)
