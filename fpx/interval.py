@@ -1619,31 +1619,37 @@ def _partial_sum_split(d_p, d, m):
     return (d_p + m * d / 2) / den * (1 + 6 * _E64), (m * d / 2) / den * (1 + 6 * _E64)
 
 
-def _split_terms(sp, K, kj=None):
-    """(f, sb, cb, add) of a centre from two float32 GEMMs over the halves of K (or any
-    parts of at most ``kj`` terms each: a convolution's input-channel blocks), added in
-    float64: the radius α·T + β·|E| + e_C is at most ``f·T + sb·Σ|parts| + cb·|C| + add``.
-    Each half's error (IEEE float32, any order) is <= α_h·T_h + β_h·|E_h|
-    <= (α_h·T_h + β_h·|C_h|)/(1 - β_h) (``_partial_sum_split``), the float64 additions' error
-    <= 2^-52·Σ|parts|, so e_C <= (α_h·T + β_h·(|C_1| + |C_2|))/(1 - β_h) + 2^-52·Σ|parts| +
-    underflow, and α·T + β·|E| + e_C <= α·T + β·|C| + (1 + β)·e_C (|E| <= |C| + e_C). None
-    without the partial-sum form (its halves are then as wide as the whole)."""
-    consts = _partial_sum_split(2.0 ** -24, 2.0 ** -24, (K - K // 2 if kj is None else kj) - 1)
+_K_PARTS = 4   # the split-K centre's GEMMs over K (matmul, linear): see _split_point_bounds
+
+
+def _split_terms(sp, K, kj=None, n=_K_PARTS):
+    """(f, sb, cb, add, n) of a centre from n float32 GEMMs over the parts of K (n = 2 or 4,
+    ``_k_parts``; or n parts of at most ``kj`` terms each: a convolution's two input-channel
+    blocks), added in float64 with a bias: the radius α·T + β·|E| + e_C is at most
+    ``f·T + sb·Σ|parts| + cb·|C| + add``. Each part's error (IEEE float32, any order) is
+    <= α_h·T_h + β_h·|E_h| <= (α_h·T_h + β_h·|C_h|)/(1 - β_h) (``_partial_sum_split``), the
+    n float64 additions' error <= n·2^-53·Σ|parts| (first order; the factors k cover the
+    rest), so e_C <= (α_h·T + β_h·Σ|C_h|)/(1 - β_h) + n·2^-53·Σ|parts| + underflow, and
+    α·T + β·|E| + e_C <= α·T + β·|C| + (1 + β)·e_C (|E| <= |C| + e_C). A part of K/n terms
+    has α_h ~ α/n: the radius ~(1 + 1/n)·α·T against RENDER's ~1.5·α·T. None without the
+    partial-sum form (the parts are then as wide as the whole)."""
+    consts = _partial_sum_split(2.0 ** -24, 2.0 ** -24, (-(-K // n) if kj is None else kj) - 1)
     if consts is None or not sp.beta:
         return None
     a_h, b_h = consts
     k = 1 + 8 * _E64
     f = (sp.alpha + (1 + sp.beta) * a_h / (1 - b_h) * k) * k
-    sb = (1 + sp.beta) * (b_h / (1 - b_h) * k + 2.0 ** -52) * k
-    return f, sb, sp.beta, (1 + sp.beta) * K * 2.0 ** -150 / (1 - b_h) * k
+    sb = (1 + sp.beta) * (b_h / (1 - b_h) * k + n * 2.0 ** -53) * k
+    return f, sb, sp.beta, (1 + sp.beta) * K * 2.0 ** -150 / (1 - b_h) * k, n
 
 
-def _half_k(X, W):
-    """The two float32 GEMMs ``X[..., :h] @ W[:h]`` and ``X[..., h:] @ W[h:]`` (h = K/2; W 2-D,
-    views: BLAS takes the strides)."""
-    h = X.shape[-1] // 2
+def _k_parts(X, W, n=_K_PARTS):
+    """The n float32 GEMMs ``X[..., k0:k1] @ W[k0:k1]`` over consecutive parts of K, the
+    first ones ceil(K/n) long (W 2-D; views: BLAS takes the strides)."""
+    K = X.shape[-1]
+    h = -(-K // n)
     with np.errstate(all="ignore"):
-        return _gemm(X[..., :h], W[:h]), _gemm(X[..., h:], W[h:])
+        return tuple(_gemm(X[..., k:k + h], W[k:k + h]) for k in range(0, K, h))
 
 
 def _split_ok(self, x, w, K):
@@ -1674,21 +1680,21 @@ def _wide_bounds(wide, X, W, bias, sp, K, absterm, top):
 
 
 def _around_split_centre(X, W, bias, out_shape, R, f, a, f_cap, terms, sp, K, absterm, top,
-                         value=None, halves=None):
+                         value=None, parts=None):
     """(lo, hi) around the split-K centre of X (M, K) @ W (K, N) (+ a float64 bias row):
     radius ``R·f + a`` (the T part, ``terms``' add included) plus the centre terms of
-    ``_split_terms``; elements past ``R·f_cap + a`` get exact centres (``_wide_bounds``) where
+    ``_split_terms`` (``parts``: its GEMMs, if made already); elements past ``R·f_cap + a`` get exact centres (``_wide_bounds``) where
     they are at most 4096 (or 1%; beyond that a float64 GEMM is cheaper). None where a centre
     is not finite or too many elements would need patching. With the program's ``value``:
     ``_ExactCentredBounds``, these bounds pending and a float32 radius about the value
     (``split_ball``) for what moves them or takes a value-centred factor from them."""
-    c1, c2 = _half_k(X, W) if halves is None else halves
-    c1, c2 = c1.reshape(out_shape), c2.reshape(out_shape)
+    parts = tuple(p.reshape(out_shape) for p in (_k_parts(X, W, terms[4]) if parts is None
+                                                 else parts))
     c3 = 0.0 if bias is None else bias
     N = W.shape[1]
     max_wide = max(4096, int(np.prod(out_shape)) // 8)
     if value is not None:
-        r32, n_bad, wide = _K.split_ball(c1, c2, c3, R, f, a, terms[2], terms[1], f_cap,
+        r32, n_bad, wide = _K.split_ball(parts, c3, R, f, a, terms[2], terms[1], f_cap,
                                          value, max_wide)
         if n_bad == 0 and wide is not None:
             if wide.size:
@@ -1699,12 +1705,12 @@ def _around_split_centre(X, W, bias, out_shape, R, f, a, f_cap, terms, sp, K, ab
 
             def exact(floor):
                 lo, hi = _around_split_centre(X, W, bias, out_shape, R, f, a, f_cap, terms,
-                                              sp, K, absterm, top, halves=(c1, c2))
+                                              sp, K, absterm, top, parts=parts)
                 return (lo, hi) if floor == -math.inf else \
                     (np.maximum(lo, floor), np.maximum(hi, floor))
             return _ExactCentredBounds(value, (r32, 1.0, 0.0), top, 0.0, -math.inf, value,
                                        exact=exact)
-    lo, hi, n_bad, wide = _K.split_center_bounds(c1, c2, c3, R, f, a, top, terms[2], terms[1],
+    lo, hi, n_bad, wide = _K.split_center_bounds(parts, c3, R, f, a, top, terms[2], terms[1],
                                                  f_cap, max_wide)
     if n_bad or wide is None:
         return None
@@ -1714,20 +1720,40 @@ def _around_split_centre(X, W, bias, out_shape, R, f, a, f_cap, terms, sp, K, ab
     return lo, hi
 
 
-def _split_point_bounds(self, pa, pb, Ah, Bh, K, sp, c, g64, absterm, top):
-    """Bounds of a float32 point matmul around the split-K centre (``_split_terms``): one
-    float32 GEMM's time against a float64 GEMM's two plus its operands' float64 copies.
-    None where it does not apply, or where some element's radius would pass the classic
-    bound (c + γ)·T around the float64 centre (terms that do not cancel: nonnegative data, a
-    few dominant terms): the caller takes that centre."""
+def _split_point_bounds(self, pa, pb, K, sp, c, g64, absterm, top):
+    """(bounds, Ah, Bh, amax, bmax) of a float32 point matmul around the split-K centre of
+    four float32 GEMMs over the quarters of K (``_split_terms``): one float32 GEMM's time
+    against a float64 GEMM's two plus its operands' float64 copies. T = |A| @ |B| from the
+    bfloat16 GEMM where it runs (its rounding takes magnitudes and maxima: Ah, Bh are then
+    ``_LazyAbs``), else in float32 on |A|, |B|. The bfloat16 T is ~1.6% above the float32
+    one, the quarters' centre error half the halves': the n = 512 point bound 0.83x RENDER's
+    width instead of 0.99x (halves, float32 T), in ~1 ms less on the MLP benchmark's first
+    layer. None where it does not apply, or where some element's radius would pass the
+    classic bound (c + γ)·T around the float64 centre (terms that do not cancel: nonnegative
+    data, a few dominant terms): the caller takes that centre."""
     pa, pb = np.asarray(pa), np.asarray(pb)
     terms = _split_terms(sp, K) if _split_ok(self, pa, pb, K) else None
     if terms is None:
         return None
     with np.errstate(all="ignore"):
-        R, f2, a2 = _gemm_upper_parts(Ah, Bh, K, True, terms[0], absterm + terms[3])
-    return _around_split_centre(pa.reshape(-1, K), pb, None, pa.shape[:-1] + pb.shape[-1:], R,
-                                f2, a2, f2 / terms[0] * (c + g64), terms, sp, K, absterm, top)
+        up = _bf16_gemm_upper(pa, pb, maxes=True)
+        if up is not None and np.isfinite(up[0]).all():
+            R, f, a = up[0], _up(terms[0] * up[1], 1), _up(terms[0] * up[2], 1)
+            a = _up(a + absterm + terms[3], 1)
+            amax, bmax = up[3], up[4]
+            Ah, Bh = _LazyAbs(pa, pa, pa, amax), _LazyAbs(pb, pb, pb, bmax)
+            # R may be up to ~2.4% above T (two operands and the output rounded up to
+            # bfloat16): the classic bound's cap is taken at T's lower end, so that an
+            # element kept is no wider than (c + γ)·T (exact centres for the rest)
+            f_cap = (c + g64) / ((1 + 2.0 ** -7) ** 3 * (1 + _gamma(K + 1, 2.0 ** -23)))
+        else:
+            Ah, amax = _abs_operand(pa, True, "absA")
+            Bh, bmax = _abs_operand(pb, True, "absB")
+            R, f, a = _gemm_upper_parts(Ah, Bh, K, True, terms[0], absterm + terms[3])
+            f_cap = f / terms[0] * (c + g64)
+    bounds = _around_split_centre(pa.reshape(-1, K), pb, None, pa.shape[:-1] + pb.shape[-1:],
+                                  R, f, a, f_cap, terms, sp, K, absterm, top)
+    return None if bounds is None else (bounds, Ah, Bh, amax, bmax)
 
 
 def _f32_upper(X):
@@ -1958,29 +1984,34 @@ def _matmul(self, prim, a, b):
                      ub * F_in.smallest_subnormal + ab_, 4)
         a_pt = not lazy_a and np.ndim(ra) == 0 and ra == 0
         b_pt = np.ndim(rb) == 0 and rb == 0
+        point = a_pt and b_pt and self.matmul != "fast"
+        # a float32 point product: the split-K centre, which makes |A|, |B| itself (or not)
+        split = _split_point_bounds(self, pa, pb, K, sp, c, g64, absterm,
+                                    _acc_top(F_out, F_acc)) if point and small else None
         # constant float32 weights under the fused pass's bfloat16 radius GEMM: no |B| array
         # (the rounding takes magnitudes itself, and their max: ``_weights_radius``), the
         # array itself only where the overflow guard needs it
         direct_b = (lazy_a and b_pt and type(pb) is np.ndarray
                     and pb.dtype == np.float32 and _bf16_gemm_upper(L, pb, probe=True) is not None)
-        if direct_b:
-            absB = Bh = bmax = None
-        else:
-            absB, bmax = _abs_operand(pb, small, "absB")
-            Bh = absB if b_pt else _up(absB + rb)
-        if lazy_a:      # wide enough: centred on the value, nothing else needed
-            absA = Ah = None
-            point = exact_center = False
-        else:
-            absA, amax = _abs_operand(pa, small, "absA")
-            Ah = absA if a_pt else _up(absA + ra)
-            point = a_pt and b_pt and self.matmul != "fast"
-            exact_center = point or (not rounded_inputs and self.matmul != "fast" and (
-                self.matmul == "exact-center" or not finite_v or _narrow(ra, Ah, rb, Bh, c)))
         cb, bounds = 0.0, None   # the radius's |centre| coefficient (center_bounds)
-        if point and small:
-            bounds = _split_point_bounds(self, pa, pb, Ah, Bh, K, sp, c, g64, absterm,
-                                         _acc_top(F_out, F_acc))
+        if split is not None:
+            bounds, Ah, Bh, amax, bmax = split
+            absA = absB = None
+        else:
+            if direct_b:
+                absB = Bh = bmax = None
+            else:
+                absB, bmax = _abs_operand(pb, small, "absB")
+                Bh = absB if b_pt else _up(absB + rb)
+            if lazy_a:      # wide enough: centred on the value, nothing else needed
+                absA = Ah = None
+                exact_center = False
+            else:
+                absA, amax = _abs_operand(pa, small, "absA")
+                Ah = absA if a_pt else _up(absA + ra)
+                exact_center = point or (not rounded_inputs and self.matmul != "fast" and (
+                    self.matmul == "exact-center" or not finite_v
+                    or _narrow(ra, Ah, rb, Bh, c)))
         if bounds is not None:
             center = rad = None
         elif point:          # exact float64 centre C: radius α·T + β·|E| (+ C's own error),
@@ -2164,7 +2195,7 @@ def _weighted_value_centred(self, prim, x, w, b, params):
             # convolution's: two input-channel blocks (``_conv_split_bounds``)
             split = (_split_terms(sp, K) if prim.name == "linear"
                      and _split_ok(self, vx, wc.T, wc.shape[-1]) else
-                     _split_terms(sp, K, _conv_block_terms(wc)) if prim.name == "conv"
+                     _split_terms(sp, K, _conv_block_terms(wc), 2) if prim.name == "conv"
                      and self.matmul != "exact-center" and _conv_block_terms(wc) else None)
             if split is not None:
                 f = split[0]
@@ -2212,16 +2243,18 @@ def _weighted_value_centred(self, prim, x, w, b, params):
         # finite, and a radius that is not (bfloat16 past its range) is ``n_bad`` below
         if not m * bmax * K * (1.0 + c) * (1 + 2.0 ** -40) <= F_acc.max:
             return None
-        halves = parts = v = None
+        kparts = parts = v = None
         if (split is not None and _blas.active() and type(self.parent) is EvalInterpreter
                 and F_out.name == F_acc.name):
             # a torch program's value is fpx's own execution (docs/torch.md): here from the
-            # split centre's two float32 parts (half GEMMs over K, a convolution's input-
-            # channel blocks), fl(fl(P1 + P2) + b) -- a float32 sum in one more order --
-            # instead of one more GEMM or convolution over all of K
+            # split centre's float32 parts (GEMMs over parts of K, a convolution's input-
+            # channel blocks), fl(fl(fl(P1 + P2) + P3) + ...) + b -- a float32 sum in one more
+            # order -- instead of one more GEMM or convolution over all of K
             if prim.name == "linear":
-                halves = _half_k(vx.reshape(-1, wc.shape[-1]), wc.T)
-                v = np.add(*halves)
+                kparts = _k_parts(vx.reshape(-1, wc.shape[-1]), wc.T)
+                v = np.add(kparts[0], kparts[1])
+                for p in kparts[2:]:
+                    np.add(v, p, out=v)
                 if in_sum:
                     np.add(v, bc, out=v)
                 v = v.reshape(vx.shape[:-1] + (wc.shape[0],))
@@ -2241,14 +2274,14 @@ def _weighted_value_centred(self, prim, x, w, b, params):
                 center, f2, absterm = _own_point_centre(self, prim, vx, wc, bc, in_sum, params,
                                                         K, sp, absterm)
                 rad = (rad[0], rad[1] / f * f2, rad[2] / f * f2)
-        elif split is not None:   # the halves' GEMMs; the float64 centre where that is wider
+        elif split is not None:   # the parts' GEMMs; the float64 centre where that is wider
             bounds = _around_split_centre(
                 vx.reshape(-1, wc.shape[-1]), wc.T, bc.astype(np.float64) if in_sum else None,
                 vx.shape[:-1] + (wc.shape[0],), rad[0], rad[1], rad[2] + absterm + split[3],
                 rad[1] / f * (c + _gamma(K + 2, 2.0 ** -53)), split, sp, K, absterm, top,
                 value=v if (F_out.name == F_acc.name and F_acc.has_inf
                             and isinstance(v, np.ndarray) and v.ndim) else None,
-                halves=halves)
+                parts=kparts)
             if bounds is None:
                 center, f2, absterm = _own_point_centre(self, prim, vx, wc, bc, in_sum, params,
                                                         K, sp, absterm)
@@ -2551,8 +2584,8 @@ def _conv_split_bounds(x, w, b, params, rad, add, split, top, parts=None):
     (c1, c2), _ = parts
     c3 = 0.0 if b is None else \
         np.asarray(b, np.float64).reshape((-1,) + (1,) * (np.ndim(c1) - 2))
-    lo, hi, n_bad, _ = _K.split_center_bounds(c1, c2, c3, rad[0], rad[1], add, top, split[2],
-                                              split[1], math.inf)
+    lo, hi, n_bad, _ = _K.split_center_bounds((c1, c2), c3, rad[0], rad[1], add, top,
+                                              split[2], split[1], math.inf)
     return None if n_bad else (lo, hi)
 
 

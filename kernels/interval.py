@@ -25,8 +25,8 @@ rounding error and map overflow to infinity; these do it in one pass per bound.
 * ``center_bounds(c, R, f, a, top, b)`` -> (lo, hi, n_bad): ``c ∓ (rad·(1+8ε) + |c|·(b+8ε) +
   2^-1074)`` with ``rad = scale_up(R, f, a)`` computed on the fly (the GEMM radius needs no array of its own),
   overflow past ``top`` mapped to ∓inf; both bounds in one pass.
-* ``split_center_bounds(c1, c2, c3, R, f, a, top, b, sb, f_cap)``: the same around a centre
-  given in parts (a split-K GEMM's two float32 blocks and a bias), plus ``sb·Σ|c_i|``;
+* ``split_center_bounds(parts, c3, R, f, a, top, b, sb, f_cap)``: the same around a centre
+  given in parts (a split-K GEMM's 2 or 4 float32 blocks and a bias), plus ``sb·Σ|c_i|``;
   ``split_ball``: a float32 radius about the program's value that covers them.
 * ``*_centred`` (``mm_left_centred``, ``mm_right_centred``, ``softmax_bounds_centred``): a
   consumer's pass over pending ``center_bounds`` computed on the fly, bit for bit the two
@@ -837,42 +837,55 @@ def mm_right_ball(v, r):
     return _result(rbh, shape), _result(rrb, shape), (s_r, s_a, m)
 
 
-def _pair(c1, c2, i, j):
-    """(c1[i, j], c2[i, j]) in compiled code; with c2 None, c1 holds both parts stacked:
-    (c1[i, 0, j], c1[i, 1, j]) of a C-contiguous (rows, 2, cols) array."""
+def _parts_sum(parts, i, j):
+    """(Σ x_k, Σ|x_k|) in float64 of the split-K parts at (i, j), summed left to right:
+    ``parts`` a tuple of 2 or 4 (rows, cols) float32 blocks (or scalars), or both parts of a
+    C-contiguous (rows, 2, cols) array (``split_center_bounds_stacked``)."""
 
 
-@overload(_pair, inline="always")
-def _pair_impl(c1, c2, i, j):
-    if isinstance(c2, types.NoneType):
-        return lambda c1, c2, i, j: (c1[i, 0, j], c1[i, 1, j])
-    return lambda c1, c2, i, j: (_at(c1, i, j), _at(c2, i, j))
+@overload(_parts_sum, inline="always")
+def _parts_sum_impl(parts, i, j):
+    if isinstance(parts, types.Array):
+        def stacked(parts, i, j):
+            x1, x2 = np.float64(parts[i, 0, j]), np.float64(parts[i, 1, j])
+            return x1 + x2, abs(x1) + abs(x2)
+        return stacked
+    if len(parts) == 2:
+        def two(parts, i, j):
+            x1, x2 = np.float64(_at(parts[0], i, j)), np.float64(_at(parts[1], i, j))
+            return x1 + x2, abs(x1) + abs(x2)
+        return two
+    if len(parts) == 4:
+        def four(parts, i, j):
+            x1, x2 = np.float64(_at(parts[0], i, j)), np.float64(_at(parts[1], i, j))
+            x3, x4 = np.float64(_at(parts[2], i, j)), np.float64(_at(parts[3], i, j))
+            return ((x1 + x2) + x3) + x4, ((abs(x1) + abs(x2)) + abs(x3)) + abs(x4)
+        return four
+    raise numba.errors.TypingError("split-K parts: 2 or 4 blocks")
 
 
 @numba.njit(inline="always")
-def _split_elem(c1, c2, c3, R, f, a, cb, sb, i, j):
+def _split_elem(parts, c3, R, f, a, cb, sb, i, j):
     """One element of ``split_center_bounds``: (centre, radius, the radius's T part R·f + a's
     own R) -- the same code in the vectorized pass and the rescan of a row with wide elements."""
-    p1, p2 = _pair(c1, c2, i, j)
-    x1 = np.float64(p1)
-    x2 = np.float64(p2)
+    x, s = _parts_sum(parts, i, j)
     x3 = np.float64(_at(c3, i, j))
-    cc = (x1 + x2) + x3
+    cc = x + x3
     rr = np.float64(_at(R, i, j))
     base = rr * _at(f, i, j) + _at(a, i, j)
-    rad = (base + (abs(x1) + abs(x2) + abs(x3)) * sb) * (1.0 + 4 * _E) + _TINY
+    rad = (base + (s + abs(x3)) * sb) * (1.0 + 4 * _E) + _TINY
     d = rad * (1.0 + 8 * _E) + min(abs(cc), _MAX) * cb + _TINY
     return cc, d, rr
 
 
 @numba.njit(inline="always", error_model="numpy")
-def _row_wide(c1, c2, c3, R, f, a, cb, sb, f_cap, i, cols, row_wide, n_wide, wide):
+def _row_wide(parts, c3, R, f, a, cb, sb, f_cap, i, cols, row_wide, n_wide, wide):
     """The split-K loops' count of wide elements after row i (``row_wide`` of them): their
     flat indices appended to ``wide`` while it has room (rare: where, for the caller's exact
     centres), else only counted."""
     if row_wide and n_wide + row_wide <= wide.shape[0]:
         for j in range(cols):
-            cc, d, rr = _split_elem(c1, c2, c3, R, f, a, cb, sb, i, j)
+            cc, d, rr = _split_elem(parts, c3, R, f, a, cb, sb, i, j)
             if d > rr * f_cap + _at(a, i, j):
                 wide[n_wide] = i * cols + j
                 n_wide += 1
@@ -881,74 +894,76 @@ def _row_wide(c1, c2, c3, R, f, a, cb, sb, f_cap, i, cols, row_wide, n_wide, wid
 
 
 @numba.njit(cache=True, error_model="numpy")
-def _split_center_loop(c1, c2, c3, R, f, a, cb, sb, f_cap, top, lo, hi, wide):
+def _split_center_loop(parts, c3, R, f, a, cb, sb, f_cap, top, lo, hi, wide):
     n_bad = 0
     n_wide = 0
     cols = lo.shape[1]
     for i in range(lo.shape[0]):
         row_wide = 0
         for j in range(cols):
-            cc, d, rr = _split_elem(c1, c2, c3, R, f, a, cb, sb, i, j)
+            cc, d, rr = _split_elem(parts, c3, R, f, a, cb, sb, i, j)
             row_wide += d > rr * f_cap + _at(a, i, j)
             y = cc - d
             lo[i, j] = -math.inf if y < -top else y
             z = cc + d
             hi[i, j] = math.inf if z > top else z
             n_bad += (abs(cc) == math.inf) | (cc != cc) | (d == math.inf) | (y != y) | (z != z)
-        n_wide = _row_wide(c1, c2, c3, R, f, a, cb, sb, f_cap, i, cols, row_wide, n_wide,
+        n_wide = _row_wide(parts, c3, R, f, a, cb, sb, f_cap, i, cols, row_wide, n_wide,
                            wide)
     return n_bad, n_wide
 
 
 @numba.njit(cache=True, error_model="numpy")
-def _split_ball_loop(c1, c2, c3, R, f, a, cb, sb, f_cap, v, r32, wide):
+def _split_ball_loop(parts, c3, R, f, a, cb, sb, f_cap, v, r32, wide):
     n_bad = 0
     n_wide = 0
     cols = r32.shape[1]
     for i in range(r32.shape[0]):
         row_wide = 0
         for j in range(cols):
-            cc, d, rr = _split_elem(c1, c2, c3, R, f, a, cb, sb, i, j)
+            cc, d, rr = _split_elem(parts, c3, R, f, a, cb, sb, i, j)
             row_wide += d > rr * f_cap + _at(a, i, j)
             vv = np.float64(_at(v, i, j))
             r = (abs(vv - cc) + d) * (1.0 + 4 * _E)   # >= max(v - lo, hi - v): two roundings
             r32[i, j] = _f32_up(r)
             n_bad += (abs(cc) == math.inf) | (cc != cc) | (abs(vv) == math.inf) | (vv != vv) \
                 | ~(r <= 3.0e38)
-        n_wide = _row_wide(c1, c2, c3, R, f, a, cb, sb, f_cap, i, cols, row_wide, n_wide,
+        n_wide = _row_wide(parts, c3, R, f, a, cb, sb, f_cap, i, cols, row_wide, n_wide,
                            wide)
     return n_bad, n_wide
 
 
-def split_ball(c1, c2, c3, R, f, a, b, sb, f_cap, v, max_wide=0):
+def split_ball(parts, c3, R, f, a, b, sb, f_cap, v, max_wide=0):
     """(r, n_bad, wide) for ``split_center_bounds``' bounds around the value ``v`` instead:
     a float32 ``r >= max(v - lo, hi - v)`` (before ``top``), so that ``center_bounds(v, r,
     1, 0, top)`` contains them (4 bytes per element written instead of 16: a point linear
     layer whose result attention's head split moves). ``n_bad`` also counts non-finite
     values and radii past float32's range; ``wide`` as ``split_center_bounds``'."""
-    (c1, c2, c3, R, f, a, v), (r32,), shape, (rr,) = _flat((c1, c2, c3, R, f, a, v),
-                                                            (np.float32,))
+    n = len(parts)
+    flat, (r32,), shape, (rr,) = _flat((*parts, c3, R, f, a, v), (np.float32,))
     cb = (float(b) + 8 * _E) * (1.0 + 4 * _E)
     wide = np.empty(max_wide, np.int64)
-    n_bad, n_wide = _split_ball_loop(c1, c2, c3, R, f, a, cb, float(sb) * (1.0 + 4 * _E),
-                                     float(f_cap), v, r32, wide)
+    n_bad, n_wide = _split_ball_loop(tuple(flat[:n]), *flat[n:n + 4], cb,
+                                     float(sb) * (1.0 + 4 * _E), float(f_cap), flat[n + 4],
+                                     r32, wide)
     ok = n_wide <= max_wide and rr.flags.c_contiguous
     return _result(rr, shape), n_bad, wide[:n_wide] if ok else None
 
 
-def split_center_bounds(c1, c2, c3, R, f, a, top, b, sb, f_cap, max_wide=0):
-    """(lo, hi, n_bad, wide) for a centre given in parts c = c1 + c2 + c3 (the blocks of a
-    split-K GEMM and a bias, added here in float64): ``c ∓ (R·f + a + sb·(|c1| + |c2| + |c3|)
-    + |c|·(b + 8ε))`` (outward as ``center_bounds``). ``wide``: the flat (C-order) indices of
-    the elements whose radius passes ``R·f_cap + a`` (where the caller prefers another centre),
-    or None where there are more than ``max_wide`` of them or the result is not C-ordered;
-    ``n_bad`` as ``center_bounds``'."""
-    (c1, c2, c3, R, f, a), (lo, hi), shape, (rlo, rhi) = _flat((c1, c2, c3, R, f, a),
-                                                               (np.float64, np.float64))
+def split_center_bounds(parts, c3, R, f, a, top, b, sb, f_cap, max_wide=0):
+    """(lo, hi, n_bad, wide) for a centre given in parts c = Σ parts + c3 (the 2 or 4
+    float32 blocks of a split-K GEMM and a bias, added here in float64, left to right):
+    ``c ∓ (R·f + a + sb·(Σ|parts| + |c3|) + |c|·(b + 8ε))`` (outward as ``center_bounds``).
+    ``wide``: the flat (C-order) indices of the elements whose radius passes ``R·f_cap + a``
+    (where the caller prefers another centre), or None where there are more than
+    ``max_wide`` of them or the result is not C-ordered; ``n_bad`` as ``center_bounds``'."""
+    n = len(parts)
+    flat, (lo, hi), shape, (rlo, rhi) = _flat((*parts, c3, R, f, a), (np.float64, np.float64))
     cb = (float(b) + 8 * _E) * (1.0 + 4 * _E)
     wide = np.empty(max_wide, np.int64)
-    n_bad, n_wide = _split_center_loop(c1, c2, c3, R, f, a, cb, float(sb) * (1.0 + 4 * _E),
-                                       float(f_cap), float(top), lo, hi, wide)
+    n_bad, n_wide = _split_center_loop(tuple(flat[:n]), *flat[n:], cb,
+                                       float(sb) * (1.0 + 4 * _E), float(f_cap), float(top),
+                                       lo, hi, wide)
     ok = n_wide <= max_wide and rlo.flags.c_contiguous and rhi.flags.c_contiguous
     return _result(rlo, shape), _result(rhi, shape), n_bad, wide[:n_wide] if ok else None
 
@@ -981,7 +996,7 @@ def split_center_bounds_stacked(parts, R, f, a, top, b, sb):
     rows, _, cols = parts.shape
     lo, hi = np.empty((rows, cols)), np.empty((rows, cols))
     cb = (float(b) + 8 * _E) * (1.0 + 4 * _E)
-    n_bad, _ = _split_center_loop(parts, None, 0.0, R, float(f), float(a), cb,
+    n_bad, _ = _split_center_loop(parts, 0.0, R, float(f), float(a), cb,
                                   float(sb) * (1.0 + 4 * _E), math.inf, float(top), lo, hi,
                                   np.empty(0, np.int64))
     return lo, hi, n_bad

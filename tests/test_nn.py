@@ -762,7 +762,7 @@ def test_conv_blocks_f32_sum_to_the_convolution_within_each_blocks_bound(case, b
         if blocks == 2:
             c1, c2 = (st[:, j].reshape(parts[0].shape) for j in range(2))
             R = np.abs(c1) + np.float32(0.5)
-            want = KI.split_center_bounds(c1, c2, 0.0, R, 1.01, 1e-30, np.inf, 1e-7, 2e-7,
+            want = KI.split_center_bounds((c1, c2), 0.0, R, 1.01, 1e-30, np.inf, 1e-7, 2e-7,
                                           np.inf)
             got = KI.split_center_bounds_stacked(st, R.reshape(R.shape[0], -1), 1.01, 1e-30,
                                                  np.inf, 1e-7, 2e-7)

@@ -1040,9 +1040,10 @@ def test_strided_reshape_copies_on_torch_as_numpy_does():
 @pytest.mark.parametrize("bias", [True, False])
 def test_point_linear_value_is_the_split_k_execution_of_its_centre(bias):
     """A torch program's float32 point linear layer takes its value from the split-K centre's
-    two half GEMMs, fl(fl(C1 + C2) + b) (fpx's own execution: a float32 GEMM in one more
-    summation order), not a third GEMM: the value is that sum bit for bit, inside the bound
-    with the module's own output, float32 runs in other orders and the float64 output."""
+    four GEMMs over the quarters of K, fl(fl(fl(C1 + C2) + C3) + C4) (+ b) (fpx's own
+    execution: a float32 GEMM in one more summation order), not one more GEMM: the value is
+    that sum bit for bit, inside the bound with the module's own output, float32 runs in
+    other orders and the float64 output."""
     g = torch.Generator().manual_seed(8)
     m = nn.Linear(256, 96, bias=bias).eval()
     with torch.no_grad():
@@ -1052,9 +1053,9 @@ def test_point_linear_value_is_the_split_k_execution_of_its_centre(bias):
     x = torch.randn(4, 32, 256, generator=g)
     iv = fpx.interval(m)(x)
     xs, wt = x.numpy().reshape(-1, 256), m.weight.detach().numpy().T
-    h1 = torch.matmul(torch.from_numpy(xs[:, :128]), torch.from_numpy(wt[:128])).numpy()
-    h2 = torch.matmul(torch.from_numpy(xs[:, 128:]), torch.from_numpy(wt[128:])).numpy()
-    v = h1 + h2
+    hs = [torch.matmul(torch.from_numpy(xs[:, k:k + 64]), torch.from_numpy(wt[k:k + 64])).numpy()
+          for k in range(0, 256, 64)]
+    v = ((hs[0] + hs[1]) + hs[2]) + hs[3]
     if bias:
         v = v + m.bias.detach().numpy()
     assert np.array_equal(np.asarray(iv.value), v.reshape(4, 32, 96))
