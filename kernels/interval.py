@@ -563,18 +563,53 @@ def midpoint_factor(lo, hi, k):
     return _result(rmid, shape), _result(ro, shape)
 
 
+def _sample_elem(v, src, i, j):
+    """(value, r) of element (i, j) for the sample sums: ``src`` the bounds (lo, hi), a
+    ball (r,), or pending centred bounds (c, R, f, a, cb, top, floor); r = max(v - lo,
+    hi - v)."""
+
+
+@overload(_sample_elem)
+def _sample_elem_impl(v, src, i, j):
+    n = len(src)
+    if n == 1:
+        return lambda v, src, i, j: (np.float64(_at(v, i, j)), np.float64(_at(src[0], i, j)))
+    if n == 2:
+        def bounds(v, src, i, j):
+            vv = np.float64(_at(v, i, j))
+            r1, r2 = vv - _at(src[0], i, j), _at(src[1], i, j) - vv
+            return vv, (r1 if r1 > r2 else r2)
+        return bounds
+
+    def centred(v, src, i, j):
+        lo, hi, _ = _centred(np.float64(_at(src[0], i, j)), np.float64(_at(src[1], i, j)),
+                             _at(src[2], i, j), _at(src[3], i, j), src[4], src[5], src[6])
+        vv = np.float64(_at(v, i, j))
+        r1, r2 = vv - lo, hi - vv
+        return vv, (r1 if r1 > r2 else r2)
+    return centred
+
+
 @numba.njit(cache=True, error_model="numpy")
-def _mm_sample_sums(v, lo, hi, rows, cols, step):
+def _sample_sums_loop(v, src, rows, cols, step):
     s_r = 0.0
     s_a = 0.0
     for i in range(0, rows, step):
         for j in range(cols):
-            vv = np.float64(_at(v, i, j))
-            r1, r2 = vv - _at(lo, i, j), _at(hi, i, j) - vv
-            r = r1 if r1 > r2 else r2
+            vv, r = _sample_elem(v, src, i, j)
             s_r += r
             s_a += abs(vv) + r
     return s_r, s_a
+
+
+def _sample_sums(v, src, shape):
+    """(Σr, Σ(|v| + r)) over an even sample of at most 8 rows of the (rows, cols) block --
+    they feed a heuristic (is a box wide enough to centre a GEMM on its value); the same sums,
+    bit for bit, from bounds, a ball or pending centred bounds of the same elements
+    (``_sample_elem``'s sources). (32 rows had cost ~0.15 ms a call on a 256x1024 block:
+    the loop is scalar, a running sum.)"""
+    rows, cols = shape
+    return _sample_sums_loop(v, tuple(src), rows, cols, max(1, -(-rows // 8)))
 
 
 def _left_outs(with_abs, bf16):
@@ -598,8 +633,8 @@ def _max_of(o):
 
 def mm_left(v, lo, hi, c2, stats=False, with_abs=False, bf16=False):
     """L (see above). With ``stats`` also (Σr, Σ(|v|+r), M): the sums over an even sample of
-    at most 32 rows (they feed a heuristic), and ``M >= max(|v| + r)`` (for the overflow
-    screen: ``max(L)/c2``, as L >= c2·(|v| + r)); all NaN if any bound is NaN. ``with_abs``
+    at most 8 rows (``_sample_sums``: they feed a heuristic), and ``M >= max(|v| + r)`` (for
+    the overflow screen: ``max(L)/c2``, as L >= c2·(|v| + r)); all NaN if any bound is NaN. ``with_abs``
     (float32 v): also |v| from the same pass, appended (the other GEMM factor of
     interval @ interval). ``bf16``: L as the bits (uint16) of bfloat16 values >= it, rounded
     as ``kernels/bf16.py: round_up`` does, for a bfloat16 radius GEMM (no float32 L written
@@ -614,7 +649,7 @@ def mm_left(v, lo, hi, c2, stats=False, with_abs=False, bf16=False):
     top = _max_of(o)                                  # NaN where any L is (a NaN bound)
     if top != top:
         return (L, (math.nan, math.nan, math.nan)) + extra
-    s_r, s_a = _mm_sample_sums(*args, o.shape[0], o.shape[1], max(1, o.shape[0] // 32))
+    s_r, s_a = _sample_sums(args[0], args[1:], o.shape)
     if c2 > 0:
         m = top / c2 * (1.0 + 4 * _E)
     else:
@@ -671,8 +706,7 @@ def mm_right_centred(v, c, R, f, a, top, b, floor):
     m = float(bh.max()) if bh.size else 0.0     # B̂ >= |v| + r elementwise; inf, NaN: bad
     if not m < math.inf:
         return None
-    s_r, s_a = _centred_sample_sums(*args, cb, float(top), float(floor), bh.shape[0],
-                                    bh.shape[1], max(1, bh.shape[0] // 32))
+    s_r, s_a = _sample_sums(args[0], (*args[1:], cb, float(top), float(floor)), bh.shape)
     return _result(rbh, shape), _result(rrb, shape), (s_r, s_a, m)
 
 
@@ -685,7 +719,7 @@ def mm_right(v, lo, hi):
     m = float(bh.max()) if bh.size else 0.0     # B̂ >= |v| + r elementwise
     if n_nan:
         return _result(rbh, shape), _result(rrb, shape), (math.nan, math.nan, math.nan)
-    s_r, s_a = _mm_sample_sums(*args, bh.shape[0], bh.shape[1], max(1, bh.shape[0] // 32))
+    s_r, s_a = _sample_sums(args[0], args[1:], bh.shape)
     return _result(rbh, shape), _result(rrb, shape), (s_r, s_a, m)
 
 
@@ -739,22 +773,6 @@ def _mm_left_centred_loop(v, c, R, f, a, cb, top, floor, c2, out, absv, scratch)
         _row_store(out, scratch, i)
 
 
-@numba.njit(cache=True, error_model="numpy")
-def _centred_sample_sums(v, c, R, f, a, cb, top, floor, rows, cols, step):
-    s_r = 0.0
-    s_a = 0.0
-    for i in range(0, rows, step):        # mm_left's sample sums, over the same rows
-        for j in range(cols):
-            lo, hi, bad = _centred(np.float64(_at(c, i, j)), np.float64(_at(R, i, j)),
-                                   _at(f, i, j), _at(a, i, j), cb, top, floor)
-            vv = np.float64(_at(v, i, j))
-            r1, r2 = vv - lo, hi - vv
-            r = r1 if r1 > r2 else r2
-            s_r += r
-            s_a += abs(vv) + r
-    return s_r, s_a
-
-
 def mm_left_centred(v, c, R, f, a, top, b, floor, c2, with_abs=False, bf16=False):
     """``mm_left(v, lo, hi, c2, stats=True, with_abs, bf16)`` of the bounds
     ``center_bounds(c, R, f, a, top, b, floor)`` in one pass, bit for bit, without writing
@@ -771,8 +789,7 @@ def mm_left_centred(v, c, R, f, a, top, b, floor, c2, with_abs=False, bf16=False
     m = _max_of(o) / c2 * (1.0 + 4 * _E) if o.size and c2 > 0 else math.nan
     if not m < math.inf:
         return None
-    s_r, s_a = _centred_sample_sums(*args, cb, float(top), float(floor), o.shape[0],
-                                    o.shape[1], max(1, o.shape[0] // 32))
+    s_r, s_a = _sample_sums(args[0], (*args[1:], cb, float(top), float(floor)), o.shape)
     return (_result(res[0], shape), (s_r, s_a, m)) + \
         ((_result(res[1], shape),) if with_abs else ())
 
@@ -796,18 +813,6 @@ def _mm_right_ball_loop(v, r, bh, rb):
                                                   np.float64(_at(r, i, j)))
 
 
-@numba.njit(cache=True, error_model="numpy")
-def _ball_sample_sums(v, r, rows, cols, step):
-    s_r = 0.0
-    s_a = 0.0
-    for i in range(0, rows, step):        # mm_left's sample sums, over the same rows
-        for j in range(cols):
-            rr = np.float64(_at(r, i, j))
-            s_r += rr
-            s_a += abs(np.float64(_at(v, i, j))) + rr
-    return s_r, s_a
-
-
 def mm_left_ball(v, r, c2, with_abs=False, bf16=False):
     """``mm_left(v, lo, hi, c2, stats=True, with_abs, bf16)`` for an operand known only as a
     ball about its value, every execution within ``r`` of ``v`` (a float32 radius that covers
@@ -820,7 +825,7 @@ def mm_left_ball(v, r, c2, with_abs=False, bf16=False):
     m = _max_of(o) / c2 * (1.0 + 4 * _E) if o.size and c2 > 0 else math.nan
     if not m < math.inf:
         return None
-    s_r, s_a = _ball_sample_sums(*args, o.shape[0], o.shape[1], max(1, o.shape[0] // 32))
+    s_r, s_a = _sample_sums(args[0], args[1:], o.shape)
     return (_result(res[0], shape), (s_r, s_a, m)) + \
         ((_result(res[1], shape),) if with_abs else ())
 
@@ -833,7 +838,7 @@ def mm_right_ball(v, r):
     m = float(bh.max()) if bh.size else 0.0
     if not m < math.inf:
         return None
-    s_r, s_a = _ball_sample_sums(*args, bh.shape[0], bh.shape[1], max(1, bh.shape[0] // 32))
+    s_r, s_a = _sample_sums(args[0], args[1:], bh.shape)
     return _result(rbh, shape), _result(rrb, shape), (s_r, s_a, m)
 
 
