@@ -9,8 +9,9 @@
    >= 50x faster (``pass`` takes the point inputs, the harder case: they need an exact float64
    centre to be as tight as RENDER); the width of our bound no larger
    than RENDER's for exact (point) inputs -- up to the rigorous (1 - γ_{K+1}(u32))^-1 factor of
-   evaluating the bound's own GEMM in float32, which RENDER does not account for -- and within
-   1.5x for interval inputs (the known midpoint-radius overestimate).
+   evaluating the bound's own GEMM in float32 (where no AMX runs it in bfloat16), which RENDER
+   does not account for -- and within 1.5x for interval inputs (the known midpoint-radius
+   overestimate).
 Both measured in one run; prints a final JSON line.
 """
 from __future__ import annotations
