@@ -1720,7 +1720,7 @@ def _around_split_centre(X, W, bias, out_shape, R, f, a, f_cap, terms, sp, K, ab
     return lo, hi
 
 
-def _split_point_bounds(self, pa, pb, K, sp, c, g64, absterm, top):
+def _split_point_bounds(self, pa, pb, K, sp, c, absterm, top):
     """(bounds, Ah, Bh, amax, bmax) of a float32 point matmul around the split-K centre of
     four float32 GEMMs over the quarters of K (``_split_terms``): one float32 GEMM's time
     against a float64 GEMM's two plus its operands' float64 copies. T = |A| @ |B| from the
@@ -1742,18 +1742,26 @@ def _split_point_bounds(self, pa, pb, K, sp, c, g64, absterm, top):
             a = _up(a + absterm + terms[3], 1)
             amax, bmax = up[3], up[4]
             Ah, Bh = _LazyAbs(pa, pa, pa, amax), _LazyAbs(pb, pb, pb, bmax)
-            # R may be up to ~2.4% above T (two operands and the output rounded up to
-            # bfloat16): the classic bound's cap is taken at T's lower end, so that an
-            # element kept is no wider than (c + γ)·T (exact centres for the rest)
-            f_cap = (c + g64) / ((1 + 2.0 ** -7) ** 3 * (1 + _gamma(K + 1, 2.0 ** -23)))
+            f_cap = _classic_cap(c, K, up[1], True)
         else:
             Ah, amax = _abs_operand(pa, True, "absA")
             Bh, bmax = _abs_operand(pb, True, "absB")
             R, f, a = _gemm_upper_parts(Ah, Bh, K, True, terms[0], absterm + terms[3])
-            f_cap = f / terms[0] * (c + g64)
+            f_cap = _classic_cap(c, K, f / terms[0], False)
     bounds = _around_split_centre(pa.reshape(-1, K), pb, None, pa.shape[:-1] + pb.shape[-1:],
                                   R, f, a, f_cap, terms, sp, K, absterm, top)
     return None if bounds is None else (bounds, Ah, Bh, amax, bmax)
+
+
+def _classic_cap(c, K, f_gemm, bf16):
+    """``f_cap`` of ``_around_split_centre``: the classic exact-centre bound's coefficient
+    (c + γ_{K+2}(u64)) per unit of the T GEMM's R (``f_gemm``: its factor, R·f_gemm >= T),
+    taken at T's lower end, so that an element kept stays within the classic bound (exact
+    centres for the rest). A bfloat16 R may be up to (1 + 2^-7)^3·(1 + γ_{K+1}(2^-23)) above
+    T (~2.4%: two operands and the output rounded up); a float32 one only by roundings of
+    order 2^-23, which R·f_gemm covers."""
+    g = c + _gamma(K + 2, 2.0 ** -53)
+    return g / ((1 + 2.0 ** -7) ** 3 * (1 + _gamma(K + 1, 2.0 ** -23))) if bf16 else f_gemm * g
 
 
 def _f32_upper(X):
@@ -1986,7 +1994,7 @@ def _matmul(self, prim, a, b):
         b_pt = np.ndim(rb) == 0 and rb == 0
         point = a_pt and b_pt and self.matmul != "fast"
         # a float32 point product: the split-K centre, which makes |A|, |B| itself (or not)
-        split = _split_point_bounds(self, pa, pb, K, sp, c, g64, absterm,
+        split = _split_point_bounds(self, pa, pb, K, sp, c, absterm,
                                     _acc_top(F_out, F_acc)) if point and small else None
         # constant float32 weights under the fused pass's bfloat16 radius GEMM: no |B| array
         # (the rounding takes magnitudes itself, and their max: ``_weights_radius``), the
@@ -2230,10 +2238,10 @@ def _weighted_value_centred(self, prim, x, w, b, params):
                 exact, f, cb = True, 1.0, 0.0
                 bias_r = (_f32_upper(_up(k * np.abs(bc.astype(np.float64)), 2))
                           if in_sum else None)
-        rad, (lmax, wmax) = _weighted_radius(self, prim, L, wc, bias_r, params, K, f,
-                                             bf16=not exact or split is not None)
+        rad, (lmax, wmax), in_bf16 = _weighted_radius(self, prim, L, wc, bias_r, params, K,
+                                                      f, bf16=not exact or split is not None)
         # (a point linear layer's T in bfloat16 too: ~4 of its ~23 ms on the encoder's
-        # in-projection, for ~1.8% more width)
+        # in-projection; the four-part centre pays for its ~1.6% more width)
         if m is None:
             m = lmax                        # max |x| (NaN or inf where x has one)
         if in_sum:
@@ -2278,7 +2286,7 @@ def _weighted_value_centred(self, prim, x, w, b, params):
             bounds = _around_split_centre(
                 vx.reshape(-1, wc.shape[-1]), wc.T, bc.astype(np.float64) if in_sum else None,
                 vx.shape[:-1] + (wc.shape[0],), rad[0], rad[1], rad[2] + absterm + split[3],
-                rad[1] / f * (c + _gamma(K + 2, 2.0 ** -53)), split, sp, K, absterm, top,
+                _classic_cap(c, K, rad[1] / f, in_bf16), split, sp, K, absterm, top,
                 value=v if (F_out.name == F_acc.name and F_acc.has_inf
                             and isinstance(v, np.ndarray) and v.ndim) else None,
                 parts=kparts)
@@ -2590,34 +2598,34 @@ def _conv_split_bounds(x, w, b, params, rad, add, split, top, parts=None):
 
 
 def _weighted_radius(self, prim, L, w, bias_r, params, K, scale, bf16=True):
-    """((R, f, a), (lmax, wmax)) with scale·op(|L|, |w|, |b|) <= R·f + a for float32 L, w
+    """((R, f, a), (lmax, wmax), in_bf16) with scale·op(|L|, |w|, |b|) <= R·f + a for float32 L, w
     (signs dropped) and a nonnegative bias, and upper bounds of max |L|, max |w| (NaN where one
     has a NaN): a conv on oneDNN in bfloat16 where it runs (``conv_upper_bf16``: magnitudes
     rounded up), a linear layer's GEMM in bfloat16 on AMX for value-centred radii (``bf16``;
     ``_bf16_gemm_upper``; its bias then joins ``a`` as a float64 row), both taking the maxima
     in their rounding pass; else the op in float32 by the parent on |L|, |w|:
-    R·(1 - γ_{K+1}(u32))^-1 + K·2^-150 bounds it. (A point linear layer's split-K bound takes
-    the bfloat16 radius too, as a convolution's does: ~1.8% wider than the float32 one, ~0.8x
-    RENDER's width at the median; the matmul rule's point bound keeps float32, no wider than
-    RENDER's elementwise. An exact float64 centre keeps float32: its width is the radius.)"""
+    R·(1 - γ_{K+1}(u32))^-1 + K·2^-150 bounds it; ``in_bf16``: R is a bfloat16 GEMM's. (A
+    point linear layer's split-K bound takes the bfloat16 radius too, as the matmul rule's
+    and a convolution's do. An exact float64 centre keeps float32: its width is the
+    radius.)"""
     if prim.name == "conv":
         up = _kconv.conv_upper_bf16(L, w, bias_r, params["stride"], params["padding"],
                                     params["dilation"], params["groups"], maxes=True)
         if up is not None:
             R, f, a, lmax, wmax = up
-            return (R, _up(scale * f, 1), _up(scale * a, 1)), (lmax, wmax)
+            return (R, _up(scale * f, 1), _up(scale * a, 1)), (lmax, wmax), True
     elif bf16:
         up = _bf16_gemm_upper(L, w.T, maxes=True)   # linear: |L| @ |w|ᵀ (+ |b| exactly, below)
         if up is not None:
             R, f, a, lmax, wmax = up
             if bias_r is not None:
                 a = a + bias_r.astype(np.float64)
-            return (R, _up(scale * f, 1), _up(scale * a, 3)), (lmax, wmax)
+            return (R, _up(scale * f, 1), _up(scale * a, 3)), (lmax, wmax), True
     absL, absw = np.abs(_unbits(L)), np.abs(w)
     maxes = (float(np.max(absL)) if absL.size else 0.0, float(np.max(absw)) if absw.size else 0.0)
     R = np.asarray(self.bind_parent(prim, absL, absw, bias_r, **params))
     f = _up(scale / (1.0 - _gamma(K + 1, 2.0 ** -24)), 1)
-    return (R, f, f * K * 2.0 ** -150), maxes
+    return (R, f, f * K * 2.0 ** -150), maxes, False
 
 
 def _point_centre(self, prim, x, w, b, params, K):

@@ -1378,7 +1378,8 @@ def test_split_k_centre_of_sparse_data_patches_its_wide_elements_soundly(monkeyp
     """Sparse rows (90% zeros: a ReLU's output as data) leave many elements' split-K centres
     wider than the classic bound; up to 4096 (or 1/8) of them get float64 dot products of
     their own (``_K.dot_pairs``, any summation order): the bound holds the exact sums and
-    float32 runs in two orders, and is no wider than RENDER's."""
+    float32 runs in two orders, and is no wider than RENDER's -- the bfloat16 T's elements
+    are capped at T's lower end (``_classic_cap``) -- the same for a linear layer."""
     rng = np.random.default_rng(35)
     calls = _split_wide_counts(monkeypatch)
     A = (rng.standard_normal((96, 512)) * (rng.random((96, 512)) < 0.1)).astype(np.float32)
@@ -1393,6 +1394,9 @@ def test_split_k_centre_of_sparse_data_patches_its_wide_elements_soundly(monkeyp
         assert out.contains(np.cumsum(p32[:, order], axis=1, dtype=np.float32)[:, -1]).all()
     rend = _iv(fnp.matmul, A, B, matmul="render")
     assert np.all(f64(out.width) <= f64(rend.width) * (1 + 513 * 2.0 ** -23))
+    # a linear layer's point bound is the same (its cap on kept elements too)
+    lin = fpx.interval(lambda h: fnn.linear(h, np.ascontiguousarray(B.T)))(A)
+    assert np.array_equal(lin.width, out.width) and lin.contains(exact).all()
 
 
 def test_dot_pairs_and_tiled_transpose():
