@@ -1374,6 +1374,31 @@ def test_point_matmul_quarters_and_bfloat16_radius_hold_every_order():
         assert np.all(ratio <= 1 + 513 * 2.0 ** -23)
 
 
+@pytest.mark.parametrize("K", [64, 65, 66, 67, 129, 255, 257, 1023])
+def test_split_k_parts_cover_k_in_four_and_hold_the_exact_sums(K):
+    """``_k_parts`` cuts every K >= 64 (``_split_ok``'s floor) into exactly four consecutive
+    parts of at most ceil(K/4) terms (the kernels take 2 or 4; ``_split_terms`` bounds each
+    part by that length), whose float64 sum is the product to the parts' float32 error; and
+    the point bound of a stacked (batch, M, K) operand built from them holds the exact sums
+    and a sequential float32 run."""
+    import sys
+    iv_mod = sys.modules["fpx.interval"]
+    rng = np.random.default_rng(K)
+    A = rng.standard_normal((2, 5, K)).astype(np.float32)
+    B = rng.standard_normal((K, 7)).astype(np.float32)
+    parts = iv_mod._k_parts(A.reshape(-1, K), B)
+    assert len(parts) == 4 and all(p.shape == (10, 7) for p in parts)
+    h = -(-K // 4)
+    exact = np.einsum("mk,kn->mn", f64(A.reshape(-1, K)), f64(B))
+    total = sum(f64(p) for p in parts)
+    assert np.all(np.abs(total - exact) <= h * 2.0 ** -23 * (np.abs(f64(A.reshape(-1, K)))
+                                                             @ np.abs(f64(B))))
+    out = _iv(fnp.matmul, A, B)
+    assert out.contains(exact.reshape(2, 5, 7)).all()
+    P = A[..., :, None] * B[None, None, :, :]
+    assert out.contains(np.cumsum(P, axis=-2, dtype=np.float32)[..., -1, :]).all()
+
+
 def test_split_k_centre_of_sparse_data_patches_its_wide_elements_soundly(monkeypatch):
     """Sparse rows (90% zeros: a ReLU's output as data) leave many elements' split-K centres
     wider than the classic bound; up to 4096 (or 1/8) of them get float64 dot products of
