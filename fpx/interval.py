@@ -12,8 +12,10 @@ ulps·η + absolute``: relative *and* absolute, so nothing has zero width at 0).
   the accumulation bound ``c_K = δ_p + γ_{K-1}(δ_acc)(1+δ_p)`` (Higham, *Accuracy and
   Stability*, §3.1) for the policy's product and accumulation formats, valid for any summation
   order, split-K or atomics. One float32 GEMM ``(2c·Â + r_A)·|B|`` with a rigorous
-  ``(1-γ_{K+1})^-1`` correction bounds everything around the program's own value; operands
-  that are points (or nearly) get an exact float64 centre instead.
+  ``(1-γ_{K+1})^-1`` correction (or a bfloat16 one on AMX, ``kernels/bf16.py``) bounds
+  everything around the program's own value; operands that are points (or nearly) get a
+  centre of their own instead: float32 points four float32 GEMMs over the quarters of K
+  summed in float64 (``_split_point_bounds``), others an exact float64 centre.
 * Branches: with ``branches="hull"`` a comparison whose operand intervals overlap is
   *unstable*; ``where`` takes the hull of both sides there; an unstable value that reaches an
   integer output or Python control flow is recorded (``classify`` then says ``inconclusive``).
@@ -1727,8 +1729,8 @@ def _split_point_bounds(self, pa, pb, K, sp, c, absterm, top):
     bfloat16 GEMM where it runs (its rounding takes magnitudes and maxima: Ah, Bh are then
     ``_LazyAbs``), else in float32 on |A|, |B|. The bfloat16 T is ~1.6% above the float32
     one, the quarters' centre error half the halves': the n = 512 point bound 0.83x RENDER's
-    width instead of 0.99x (halves, float32 T), in ~1 ms less on the MLP benchmark's first
-    layer. None where it does not apply, or where some element's radius would pass the
+    width instead of 0.99x (halves, float32 T), and the MLP benchmark's first layer 8.8 ->
+    7.2 ms. None where it does not apply, or where some element's radius would pass the
     classic bound (c + γ)·T around the float64 centre (terms that do not cancel: nonnegative
     data, a few dominant terms): the caller takes that centre."""
     pa, pb = np.asarray(pa), np.asarray(pb)
