@@ -580,6 +580,8 @@ def _sample_elem_impl(v, src, i, j):
             r1, r2 = vv - _at(src[0], i, j), _at(src[1], i, j) - vv
             return vv, (r1 if r1 > r2 else r2)
         return bounds
+    if n != 7:
+        raise numba.errors.TypingError("sample sums: bounds (2), a ball (1) or centred (7)")
 
     def centred(v, src, i, j):
         lo, hi, _ = _centred(np.float64(_at(src[0], i, j)), np.float64(_at(src[1], i, j)),
