@@ -1794,8 +1794,9 @@ def _gemm_upper_parts(L, M, K, small, scale=1.0, add=0.0, bf16=False):
     and partial sum of nonnegative terms loses at most u32 relative or 2^-150 absolute, so
     L @ M <= (R + K·2^-150) / (1 - γ_{K+1}(u32)). Falls back to float64 where float32
     overflows. ``bf16``: a bfloat16 GEMM on AMX where it runs (``_bf16_gemm_upper``, ~1.6%
-    above the float32 radius) -- for value-centred radii, not for point or exact-centre bounds,
-    whose width is the radius (a point matmul stays no wider than RENDER's). L may be
+    above the float32 radius) -- for value-centred radii, not for bounds around a float64
+    centre, whose width is the radius (the split-K point bound takes its bfloat16 T in
+    ``_split_point_bounds``, where the four-part centre pays for it). L may be
     bfloat16 bits already rounded up (``_K.mm_left(..., bf16=True)``)."""
     if small:
         L, Mf = np.asarray(L), _f32_upper(np.asarray(M))
