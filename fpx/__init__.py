@@ -10,7 +10,7 @@
 See docs/architecture.md for the core (primitives, interpreters, tracers).
 """
 from fpx import memory as _memory
-_memory._apply_default()   # keep freed memory for reuse (FPX_MALLOC=system opts out)
+_memory._apply_if_asked()   # opt-in allocator tuning (FPX_MALLOC=tune; see fpx.memory)
 from fpx import core, formats, policy, primitives  # noqa: F401  (primitives registers the set)
 from fpx import numpy  # noqa: F401
 from fpx import nn  # noqa: F401

@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import contextlib
 import contextvars
-import gc
 import os
 import traceback
 from typing import Any, Callable
@@ -372,21 +371,12 @@ def current_interpreter() -> Interpreter:
 
 @contextlib.contextmanager
 def using(interp: Interpreter):
-    """Make ``interp`` current inside the ``with`` block, with Python's cyclic garbage
-    collector paused: a transform allocates thousands of small objects (tracers, tuples) whose
-    generation-0 collections scanned the whole young heap several times per run (~4% of the
-    interval MLP benchmark's time). Reference counting still frees arrays at once; cycles wait
-    for the next collection after the block."""
+    """Make ``interp`` current inside the ``with`` block."""
     token = _CURRENT.set(interp)
-    paused = gc.isenabled()
-    if paused:
-        gc.disable()
     try:
         yield interp
     finally:
         _CURRENT.reset(token)
-        if paused:
-            gc.enable()
 
 
 def is_cupy(x) -> bool:

@@ -1826,7 +1826,7 @@ def _weights_radius(L, W, K, add):
     one) for float32 weights W, from the bfloat16 GEMM, which rounds magnitudes itself (no
     |W| array: 4 MB less written per 1024x1024 layer) and takes their max in the same pass;
     |W| in float32 where that GEMM's result is not finite."""
-    up = _bf16.matmul_upper(_kconv._torch(), L, W, maxes=True, one_thread=not _blas.active())
+    up = _bf16.matmul_upper(_kconv._torch(), L, W, maxes=True)
     if up is not None and np.isfinite(up[0]).all():
         R, f, a, _, wmax = up
         return (R, _up(f, 1), _up(a, 1) + add), wmax
@@ -1846,7 +1846,7 @@ def _bf16_gemm_upper(L, M, probe=False, maxes=False):
             and _bf16_gemm_runs(L.shape, M)):
         return None
     torch = _kconv._torch()
-    return True if probe else _bf16.matmul_upper(torch, L, M, maxes, not _blas.active())
+    return True if probe else _bf16.matmul_upper(torch, L, M, maxes)
 
 
 def _bf16_gemm_runs(l_shape, M):

@@ -1,21 +1,18 @@
-"""Keep freed memory for reuse: glibc ``mallopt`` settings fpx applies when it is imported.
+"""Keep freed memory for reuse: opt-in glibc ``mallopt`` settings for transform-heavy processes.
 
 fpx's rules make many short-lived multi-MB arrays (bounds, radii, per-sample batches). With
 glibc's defaults a freed block at the top of the heap is given back to the kernel
 (``M_TRIM_THRESHOLD``, 128 KiB) and blocks above the dynamic ``M_MMAP_THRESHOLD`` are
 ``mmap``-ed afresh, so the next array of that size page-faults once per 4 KiB page. On a
-virtual machine a fault costs microseconds: two 2 MiB float64 bounds then take ~3 ms to touch
-against ~0.5 ms to compute (measured on the 2-core CI machine), which dominated
-``fpx.interval``'s overhead on a 256x1024 MLP.
+virtual machine a fault costs microseconds, which can dominate a bound's elementwise passes.
 
 :func:`keep_freed_memory` raises the mmap threshold to its largest allowed value (32 MiB) and
 the trim threshold to 1 GiB: arrays up to 32 MiB come from the heap, and freed heap memory is
 kept for the next array instead of being unmapped. The price is a resident size that stays at
 its peak (memory freed by the program is reused, not returned). It is a process-wide setting,
-so the user's own code gets the same allocator behaviour (benchmarks compare like with like).
-
-Opt out with the environment variable ``FPX_MALLOC=system`` (read at import). Other C
-libraries (musl, macOS, Windows) are left alone.
+so fpx never applies it by itself: call :func:`keep_freed_memory`, or set the environment
+variable ``FPX_MALLOC=tune`` before importing fpx. Other C libraries (musl, macOS, Windows)
+are left alone.
 """
 from __future__ import annotations
 
@@ -52,6 +49,7 @@ def keep_freed_memory() -> bool:
     return ok
 
 
-def _apply_default():
-    if os.environ.get("FPX_MALLOC", "").lower() != "system":
+def _apply_if_asked():
+    """Apply the settings at import only where ``FPX_MALLOC=tune`` asks for them."""
+    if os.environ.get("FPX_MALLOC", "").lower() == "tune":
         keep_freed_memory()

@@ -20,21 +20,13 @@ operands' rounding up and the output's). Only where the CPU has bfloat16 instruc
 (``native``): emulated bfloat16 would be as sound but no faster than float32.
 
 The radius GEMMs of ``matmul``/``linear`` (``matmul_upper``) take this path only where the CPU
-has AMX tiles, and on one thread: there a bfloat16 GEMM on one core is ~3x faster than
-OpenBLAS's float32 one on two (0.58 against 1.64 ms for 256x1024 @ 1024x1024 on a Sapphire
-Rapids VM). On torch's two threads it is twice as fast alone, but torch's OpenMP team and
-OpenBLAS's workers each spin after a call and, on 2 cores, slow each other: an SGEMM followed
-by the bfloat16 GEMM took 5.4 ms on two threads, 2.2 on one (``torch.set_num_threads`` is set
-to 1 around the call and restored) -- except in a torch program's run, whose GEMMs are all on
-torch's pool (``kernels/blas.py``), where it keeps torch's threads. With only AVX512-BF16 (an AMD Zen 4 VM) it was 2.3-2.8x
-faster alone and, on two threads, made the encoder benchmark slower as a whole (155 -> 185
-ms); one thread was not measured there, so the float32 GEMM stays.
+has AMX tiles; elsewhere the float32 GEMM is as fast. It runs on torch's threads as the user
+set them: fpx never changes torch's thread count.
 """
 from __future__ import annotations
 
 import functools
 import math
-import threading
 
 import numba
 import numpy as np
@@ -149,9 +141,6 @@ def factors(k):
     return f, math.ldexp(2 * k + 3, -126) * f
 
 
-_ONE_THREAD = threading.Lock()
-
-
 @functools.cache
 def amx(torch) -> bool:
     """oneDNN runs bfloat16 GEMMs on AMX tiles here (see the module docstring)."""
@@ -161,25 +150,17 @@ def amx(torch) -> bool:
         return False
 
 
-def matmul_upper(torch, a, b, maxes=False, one_thread=True):
+def matmul_upper(torch, a, b, maxes=False):
     """(R, f, a') with ``|a| @ |b| <= R·f + a'`` elementwise in exact arithmetic, for float32
     arrays ``a`` (..., M, K) and ``b`` (..., K, N) (``round_up`` takes magnitudes: the sign bit
     is dropped; ``a`` may be bfloat16 bits already rounded up, uint16), from one bfloat16
     GEMM of their magnitudes rounded up (``factors(K)``); R a
     float32 array. ``maxes``: also upper bounds of max |a| and max |b| (``round_up``'s; NaN
-    where an operand has a NaN). None where ``factors`` has none. ``one_thread=False``: on
-    torch's threads, where no OpenBLAS workers spin beside them (a torch program's run,
-    ``kernels/blas.py``: the transformer benchmark's bound ~3% faster, A/B in one process)."""
+    where an operand has a NaN). None where ``factors`` has none."""
     fa = factors(a.shape[-1])
     if fa is None:
         return None
-    with _ONE_THREAD:               # (see the module docstring; the lock keeps concurrent
-        threads = torch.get_num_threads()   # callers from restoring each other's 1)
-        torch.set_num_threads(1 if one_thread else threads)
-        try:
-            (ta, a_top), (tb, b_top) = round_up(torch, a, True), round_up(torch, b, True)
-            with torch.no_grad():
-                r = torch.matmul(ta, tb).float()
-        finally:
-            torch.set_num_threads(threads)
+    (ta, a_top), (tb, b_top) = round_up(torch, a, True), round_up(torch, b, True)
+    with torch.no_grad():
+        r = torch.matmul(ta, tb).float()
     return (r.numpy(),) + fa + ((a_top, b_top) if maxes else ())

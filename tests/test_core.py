@@ -762,7 +762,8 @@ def test_gpu_tests_are_skipped_cleanly_without_cupy(request):
             assert bool(skips) != have_gpu, item.nodeid
 
 
-def test_cyclic_gc_paused_inside_a_transform_and_restored():
+def test_transforms_leave_the_garbage_collector_alone():
+    """Running a transform never changes the process's garbage-collector setting."""
     import gc
     seen = []
 
@@ -772,16 +773,14 @@ def test_cyclic_gc_paused_inside_a_transform_and_restored():
     x = np.ones(3, np.float32)
     assert gc.isenabled()
     fpx.interval(f)(x)
-    assert seen == [False] and gc.isenabled()
+    fpx.stochastic(f, "sr", samples=2)(x)
+    assert all(seen) and gc.isenabled()
     gc.disable()
     try:
         fpx.interval(f)(x)
-        assert not gc.isenabled()        # a caller's own setting is left alone
+        assert not gc.isenabled()
     finally:
         gc.enable()
-    with pytest.raises(ZeroDivisionError):
-        fpx.interval(lambda x: 1 // 0)(x)
-    assert gc.isenabled()
 
 
 def test_transforms_leave_no_reference_cycles():

@@ -1,4 +1,4 @@
-"""fpx.memory: the allocator settings fpx applies at import, and the opt-out."""
+"""fpx.memory: allocator tuning is opt-in; importing fpx leaves the process's allocator alone."""
 from __future__ import annotations
 
 import os
@@ -11,20 +11,24 @@ import fpx
 from fpx import memory
 
 
+def _applied_in_fresh_process(**env):
+    code = "import fpx, fpx.memory as m; print(m._applied)"
+    out = subprocess.run([sys.executable, "-c", code], env=dict(os.environ, **env),
+                         capture_output=True, text=True, check=True).stdout.strip()
+    return out
+
+
+def test_import_does_not_tune_the_allocator():
+    env = {k: v for k, v in os.environ.items() if k != "FPX_MALLOC"}
+    out = subprocess.run([sys.executable, "-c", "import fpx, fpx.memory as m; print(m._applied)"],
+                         env=env, capture_output=True, text=True, check=True).stdout.strip()
+    assert out == "False"
+    assert fpx.memory is memory
+
+
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="glibc mallopt only")
-def test_applied_at_import_on_glibc_and_idempotent():
+def test_opt_in_with_fpx_malloc_tune():
     import ctypes
     if not hasattr(ctypes.CDLL(None), "gnu_get_libc_version"):
         pytest.skip("not glibc")
-    assert memory._applied is (os.environ.get("FPX_MALLOC", "").lower() != "system")
-    assert memory.keep_freed_memory() is True
-    assert memory.keep_freed_memory() is True
-
-
-def test_opt_out_with_fpx_malloc_system():
-    code = "import fpx, fpx.memory as m; print(m._applied)"
-    env = dict(os.environ, FPX_MALLOC="system")
-    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
-                         check=True).stdout.strip()
-    assert out == "False"
-    assert fpx.memory is memory
+    assert _applied_in_fresh_process(FPX_MALLOC="tune") == "True"
