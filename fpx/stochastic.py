@@ -186,9 +186,12 @@ class StochasticInterpreter(Interpreter):
         return out, anyb
 
     # -- rounding ---------------------------------------------------------------------------------
-    def round_to(self, y, F, dtype, batched, e=None, mode=None, op=None):
+    def round_to(self, y, F, dtype, batched, e=None, mode=None, op=None, half=None):
         """Round float64 values ``y`` (+ residual ``e``) into format ``F`` with the mode, one
-        stream per call; returns an array of ``dtype`` with the sample axis."""
+        stream per call; returns an array of ``dtype`` with the sample axis. ``half``: a mask
+        (broadcastable to y) of elements given as halves of values beyond F's range: those are
+        rounded in the halved format (p, emin - 1, max/2) and doubled, exactly
+        ``round(v) = 2·round'(v/2)``, with the same bits."""
         mode = mode or self.mode
         cupy_in = _is_cupy(y)
         y = _host(y)
@@ -210,6 +213,13 @@ class StochasticInterpreter(Interpreter):
             _K.fast_round_rows(code)(x2, x2, self.keys, op, out)
         else:
             _K.round_rows(x2, e2, self.keys, op, code, *_fparams(F), int(t), out)
+        if half is not None:
+            p, emin, mx, nan_ovf = _fparams(F)
+            out2 = np.empty_like(out)
+            _K.round_rows(x2, e2, self.keys, op, code, p, emin - 1, mx / 2, nan_ovf, int(t),
+                          out2)
+            m = np.broadcast_to(np.asarray(half, bool).reshape(x2.shape), out.shape)
+            out = np.where(m, 2 * out2, out)
         res = out.reshape((self.S,) + tuple(shape))
         res = _store(res, dtype)
         if cupy_in:
@@ -283,8 +293,8 @@ def _rounded(self, prim, *args, **params):
             and all(isinstance(v, np.ndarray) and v.dtype == np.float32 for v in vals)):
         return self.new(_fast_binary(self, prim.name, args, vals, anyb), True)
     out_mode = "rn" if (self.mode == "mca" and self.mca_mode == "pb") else None
-    y, e = _accurate(self, prim, vals, params, F)
-    return self.new(self.round_to(y, F, dt, anyb, e=e, mode=out_mode), True)
+    y, e, half = _accurate(self, prim, vals, params, F)
+    return self.new(self.round_to(y, F, dt, anyb, e=e, mode=out_mode, half=half), True)
 
 
 _FAST_ROW_OPS = ("add", "sub", "mul", "div")
@@ -318,44 +328,52 @@ def _accurate(self, prim, vals, params, F):
             if prim.name == "fma":
                 p = v64[0] * v64[1]                     # exact for p <= 26 operands
                 s = p + v64[2]
-                return s, _two_sum_np(p, v64[2], s)
+                return s, _two_sum_np(p, v64[2], s), None
             if prim.name in ("add", "sub") and F.p > 24:
                 a, b = v64
                 b = -b if prim.name == "sub" else b
                 s = a + b
-                return s, _two_sum_np(a, b, s)
+                return s, _two_sum_np(a, b, s), None
             # float32 and narrower: a float64 sum of two such values is exact unless their
             # exponents differ by more than 29 (then P(up) moves by < 2^-29): no residual
-            return self.bind_parent(prim, *v64, **params), None
+            return self.bind_parent(prim, *v64, **params), None, None
         # float64 results: error-free transforms / long double
         if prim.name in _EFT_OP or prim.name == "sqrt":
             bs = np.broadcast_arrays(*[np.asarray(v) for v in v64])
             shape = bs[0].shape
             flat = [np.ascontiguousarray(b).ravel() for b in bs]
             y, e = np.empty(flat[0].size), np.empty(flat[0].size)
+            half = None
             if prim.name == "sqrt":
                 _K.eft_sqrt(flat[0], y, e)
             else:
-                _K.eft_binary(_EFT_OP[prim.name], flat[0], flat[1], y, e)
-            return y.reshape(shape), e.reshape(shape)
+                half = np.empty(flat[0].size, np.uint8)
+                _K.eft_binary(_EFT_OP[prim.name], flat[0], flat[1], y, e, half)
+                half = half.reshape(shape).view(bool) if half.any() else None
+            return y.reshape(shape), e.reshape(shape), half
         if prim.name == "fma":
             a, b, c = np.broadcast_arrays(*[np.asarray(v) for v in v64])
             shape = a.shape
             a, b, c = (np.ascontiguousarray(z).ravel() for z in (a, b, c))
             p, pe = np.empty(a.size), np.empty(a.size)
-            _K.eft_binary(2, a, b, p, pe)
-            s = p + c
-            return s.reshape(shape), (_two_sum_np(p, c, s) + pe).reshape(shape)
+            _K.eft_binary(2, a, b, p, pe, np.empty(a.size, np.uint8))
+            s = p + c        # (an overflowed product is inf here: half pairs ignored)
+            return s.reshape(shape), (_two_sum_np(p, c, s) + pe).reshape(shape), None
         f = _UFUNC_LD.get(prim.name)
         if f is not None and np.finfo(np.longdouble).nmant > 52:
             ld = f(*[np.asarray(v, np.longdouble) for v in v64])
             y = ld.astype(np.float64)
             e = (ld - y.astype(np.longdouble)).astype(np.float64)
+            half = np.isinf(y) & (np.abs(ld) < np.longdouble(2.0) ** 1025)
+            if half.any():                      # beyond float64: the pair of ld/2
+                h2 = ld[half] / 2
+                y[half] = h2.astype(np.float64)
+                e[half] = (h2 - y[half].astype(np.longdouble)).astype(np.float64)
             e[~np.isfinite(y)] = 0.0
-            return y, e
+            return y, e, (half if half.any() else None)
         self.note(f"{prim.name} in float64 has no more accurate evaluation here: its libm "
                   "result is rounded as if exact (not perturbed)")
-        return self.bind_parent(prim, *v64, **params), None
+        return self.bind_parent(prim, *v64, **params), None, None
 
 
 def _two_sum_np(a, b, s):

@@ -23,8 +23,11 @@ Rounding of a value ``x`` (float64, with an optional exact residual ``e``: the r
   (Parker 1997; Frechtling & Leong 2015 for the bias of RN after the noise).
 * ``rn``: round to nearest even (no randomness).
 
-Overflow: a result beyond the format's largest finite value is ±inf (NaN for formats without
-infinities, e.g. float8_e4m3fn).
+Overflow, as ``fpx.formats.round`` has it: a result beyond the format's largest finite value is
+±inf (NaN for formats without infinities, e.g. float8_e4m3fn); ``ud`` takes no step from an RN
+result that overflowed; ``cestac`` gives ±max when its coin rounds toward zero. float64 results
+beyond float64's range (``eft_binary``) come as halves, rounded in the halved format (same
+``p``, ``emin - 1``, ``max/2``) and doubled: ``round(v) = 2·round'(v/2)`` exactly.
 """
 from __future__ import annotations
 
@@ -117,15 +120,16 @@ def _fold_residual(fl, f, es, sh, E, p, emin):
 
 
 @numba.njit(**_opts)
-def _choose(fl, f, u, h, mode, p, E, emin):
-    """The multiple k of the grid spacing that ``mode`` picks for q = fl + f (0 <= f < 1)."""
+def _choose(fl, f, u, h, mode, p, E, emin, kmax):
+    """The multiple k of the grid spacing that ``mode`` picks for q = fl + f (0 <= f < 1);
+    ``kmax``: the largest finite magnitude in units of the spacing (maxv·2^-sh)."""
     if mode == 1 or mode == 4:                       # sr (mca ends with sr)
         return fl + 1.0 if u < f else fl
     if mode == 3:                                    # cestac: exact stays exact
         return fl + 1.0 if (f != 0.0 and (h >> _S63) == _ONE) else fl
     k = fl + 1.0 if (f > 0.5 or (f == 0.5 and fl - 2.0 * math.floor(0.5 * fl) != 0.0)) else fl
-    if mode == 2 and k != 0.0:                       # ud: one step from RN, never from 0
-        up = (h >> _S63) == _ONE
+    if mode == 2 and k != 0.0 and abs(k) <= kmax:    # ud: one step from RN, never from 0
+        up = (h >> _S63) == _ONE                     # or from an RN overflow (formats.round)
         ak = abs(k)
         top = np.float64(np.int64(1) << p)
         if up == (k > 0.0):                          # away from zero: 2x coarser at 2^(E+1)
@@ -134,6 +138,15 @@ def _choose(fl, f, u, h, mode, p, E, emin):
             step = 0.5 if (ak == 0.5 * top and E > emin) else 1.0
         k = k + step if up else k - step
     return k
+
+
+@numba.njit(**_opts)
+def _overflow(r, h, mode, maxv, nan_ovf):
+    """A result beyond ``maxv``, as ``formats.round`` has it: ±inf (NaN without infinities);
+    cestac rounds toward zero on a down coin, so it gives ±maxv then."""
+    if mode == 3 and ((h >> _S63) == _ONE) == (r < 0.0):      # the coin said toward zero
+        return math.copysign(maxv, r)
+    return math.copysign(math.nan if nan_ovf else math.inf, r)
 
 
 @numba.njit(**_opts)
@@ -165,10 +178,10 @@ def round_small(x, e, h, mode, p, emin, maxv, nan_ovf, t):
     f = q - fl
     if e != 0.0:
         fl, f, sh, E = _fold_residual(fl, f, e * _pow2(-sh), sh, E, p, emin)
-    k = _choose(fl, f, u, h, mode, p, E, emin)
+    k = _choose(fl, f, u, h, mode, p, E, emin, maxv * _pow2(-sh))
     r = k * _pow2(sh)
     if abs(r) > maxv:
-        r = math.copysign(math.nan if nan_ovf else math.inf, r)
+        r = _overflow(r, h, mode, maxv, nan_ovf)
     return r
 
 
@@ -216,10 +229,10 @@ def round1(x, e, h, mode, p, emin, maxv, nan_ovf, t):
     f = q - fl
     if e != 0.0:
         fl, f, sh, E = _fold_residual(fl, f, math.ldexp(e, -sh), sh, E, p, emin)
-    k = _choose(fl, f, u, h, mode, p, E, emin)
+    k = _choose(fl, f, u, h, mode, p, E, emin, math.ldexp(maxv, -sh))
     r = math.ldexp(k, sh)
     if abs(r) > maxv:
-        r = math.copysign(math.nan if nan_ovf else math.inf, r)
+        r = _overflow(r, h, mode, maxv, nan_ovf)
     return r
 
 
@@ -252,31 +265,44 @@ def round_rows(x, e, keys, op_id, mode, p, emin, maxv, nan_ovf, t, out):
 # Error-free transforms for float64 targets
 # ---------------------------------------------------------------------------------------------
 @numba.njit(**_opts)
-def eft_binary(op, a, b, y, e):
+def eft_binary(op, a, b, y, e, half):
     """y = fl(a op b), e = the exact error (add/sub: TwoSum; mul: FMA; div, the remainder
-    ``fma(-y, b, a)/b`` rounded, whose sign and size fix the random rounding to 2^-53)."""
+    ``fma(-y, b, a)/b`` rounded, whose sign and size fix the random rounding to 2^-53).
+    Where finite operands overflow (y = ±inf) but ``v = a op b`` lies below 2^1025, (y, e) is
+    instead the pair of ``v/2`` (one operand halved: exact, it is large) and ``half`` is 1:
+    round that in the halved format and double it (the result may still be finite)."""
     n = y.shape[0]
     for i in prange(n):
         ai, bi = a[i], b[i]
-        if op == 0:
-            s = ai + bi
-            y[i] = s
-            e[i] = two_sum_err(ai, bi, s) if abs(s) <= _F64MAX else 0.0
-        elif op == 1:
-            s = ai - bi
-            y[i] = s
-            e[i] = two_sum_err(ai, -bi, s) if abs(s) <= _F64MAX else 0.0
-        elif op == 2:
-            s = ai * bi
-            y[i] = s
-            e[i] = _llvm_fma(ai, bi, -s) if abs(s) <= _F64MAX else 0.0
-        else:
-            s = ai / bi
-            y[i] = s
-            if abs(s) <= _F64MAX and s != 0.0 and bi != 0.0:
-                e[i] = _llvm_fma(-s, bi, ai) / bi
+        y[i], e[i] = _eft1(op, ai, bi)
+        half[i] = 0
+        if not (abs(y[i]) <= _F64MAX) and abs(ai) <= _F64MAX and abs(bi) <= _F64MAX:
+            if op <= 1:
+                a2, b2 = 0.5 * ai, 0.5 * bi
+            elif op == 2 and abs(ai) < abs(bi):
+                a2, b2 = ai, 0.5 * bi
             else:
-                e[i] = 0.0
+                a2, b2 = 0.5 * ai, bi
+            y2, e2 = _eft1(op, a2, b2)
+            if abs(y2) <= _F64MAX:
+                y[i], e[i], half[i] = y2, e2, 1
+
+
+@numba.njit(**_opts)
+def _eft1(op, ai, bi):
+    if op == 0:
+        s = ai + bi
+        return s, (two_sum_err(ai, bi, s) if abs(s) <= _F64MAX else 0.0)
+    if op == 1:
+        s = ai - bi
+        return s, (two_sum_err(ai, -bi, s) if abs(s) <= _F64MAX else 0.0)
+    if op == 2:
+        s = ai * bi
+        return s, (_llvm_fma(ai, bi, -s) if abs(s) <= _F64MAX else 0.0)
+    s = ai / bi
+    if abs(s) <= _F64MAX and s != 0.0 and bi != 0.0:
+        return s, _llvm_fma(-s, bi, ai) / bi
+    return s, 0.0
 
 
 @numba.njit(**_opts)
@@ -433,19 +459,22 @@ def reduce_flop(X, keys, op_id, mode, fa, t, kind, out):
 # ---------------------------------------------------------------------------------------------
 @numba.njit(parallel=True, **_opts)
 def matmul_dot2(A, B, hi, lo):
-    """hi + lo ≈ A @ B with twice float64's precision (Ogita, Rump & Oishi 2005, Dot2)."""
+    """hi + lo ≈ A @ B with twice float64's precision (Ogita, Rump & Oishi 2005, Dot2).
+    A (SA, GA, M, K), B (SB, GB, K, N) with SA, SB in {1, S} and GA, GB in {1, G} (shared)."""
     S, G, M, N = hi.shape
     K = A.shape[3]
     for job in prange(S * G * M):
         s = job // (G * M)
         g = (job // M) % G
         m = job % M
+        arow = A[s if A.shape[0] > 1 else 0, g if A.shape[1] > 1 else 0, m]
+        bmat = B[s if B.shape[0] > 1 else 0, g if B.shape[1] > 1 else 0]
         sh = np.zeros(N)
         sl = np.zeros(N)
         for k in range(K):
-            a = A[s, g, m, k]
+            a = arow[k]
             for n in range(N):
-                b = B[s, g, k, n]
+                b = bmat[k, n]
                 p = a * b
                 pe = _llvm_fma(a, b, -p)
                 x = sh[n] + p
@@ -501,43 +530,55 @@ def _sum2_out(sh, sl, hi, lo, s, o, k, i):
 # Fast path of matmul_flop for float32 products and sums (sr, ud, cestac)
 # ---------------------------------------------------------------------------------------------
 # A float32 target keeps 24 of float64's 53 significand bits; on the float64 bit pattern b of
-# a value in float32's normal range, rounding is integer arithmetic on the low d = 29 bits:
-#   sr:     (b + r) & ~(2^d - 1), r uniform on [0, 2^d): up with probability (b mod 2^d)/2^d,
-#   ud:     round-to-nearest-even by (b + 2^(d-1) - 1 + bit_d) & mask, then ± 2^d (a coin),
-#   cestac: truncate, then + 2^d on a coin when bits were dropped.
+# a value in float32's normal range, rounding is integer arithmetic on the low d = 29 bits,
+# with the random bits of a 64-bit word w read as the general rounder reads them (so both take
+# the same decision with the same w: the fallback to it is unbiased):
+#   sr:     (b + c) & ~(2^d - 1), r = w >> 35 and c = 2^d - 1 - r (b >= 0) or r (b < 0): up
+#           in magnitude iff r < b mod 2^d (b >= 0; iff r >= 2^d - b mod 2^d for b < 0), with
+#           probability (b mod 2^d)/2^d -- the general rounder's ``u < f``, u = (w >> 11)·2^-53,
+#   ud:     round-to-nearest-even by (b + 2^(d-1) - 1 + bit_d) & mask, then ± 2^d toward +inf
+#           when w's top bit is 1 (no step from 0 or from an overflowed RN result),
+#   cestac: truncate, then 2^d toward +inf when w's top bit is 1 and bits were dropped.
 # A carry into the exponent field is exactly the step to the next binade, so the pattern
 # arithmetic is exact there. Products of float32 values are exact in float64, sums of two
 # float32 values are exact unless their exponents differ by more than 29 (then float64's
 # rounding moves P(up) by at most 2^-29). Elements whose operands, product or sum leave the
-# normal range (subnormals, overflow, inf/NaN) are redone with the general rounder.
+# normal range (subnormals, overflow, inf/NaN) are redone with the general rounder (same w).
 _MAG = np.int64(0x7FFFFFFFFFFFFFFF)
 _F32 = (24, -126, float(np.finfo(np.float32).max), False)
+_F32MAX_BITS = np.int64(np.array([_F32[2]]).view(np.int64)[0])
 
 
 _D = 29                                  # float64 -> float32: 52 - 23 bits dropped
-_SH1, _SH2 = np.uint64(64 - _D), np.uint64(32 - _D)
+_SH1 = np.uint64(64 - _D)
+_S32U = np.uint64(32)
 
 
 def _fast_ops(MODE):
-    """(rnd, bad) on float64 bit patterns for mode code MODE: ``rnd(b, r, coin)`` rounds
-    pattern ``b`` to float32's grid with random ``_D``-bit ``r`` (sr) or ``coin`` (ud, cestac);
-    ``bad(b)``: outside float32's normal range (redo with the general rounder)."""
+    """(rnd, bad) on float64 bit patterns for mode code MODE: ``rnd(b, w)`` rounds pattern
+    ``b`` to float32's grid with the random word ``w`` (uint64), taking the decision
+    ``rounder(x, 0, w, MODE, *float32)`` takes; ``bad(b)``: outside float32's normal range
+    (redo with the general rounder)."""
     NM = ~((np.int64(1) << _D) - 1)
+    LOWM = (np.int64(1) << _D) - 1
     HALF = (np.int64(1) << (_D - 1)) - 1
     STEP = np.int64(1) << _D
     LO_EF, SPAN = 1023 - 126, 127 + 126
 
     @numba.njit(inline="always")
-    def rnd(b, r, coin):
+    def rnd(b, w):
+        neg = b >> 63                                # -1 for a negative pattern, else 0
         if MODE == 1:
-            return (b + r) & NM
+            return (b + (np.int64(w >> _SH1) ^ (LOWM & ~neg))) & NM
+        up = np.int64(w >> _S63)                     # toward +inf
         if MODE == 2:
             y = (b + HALF + ((b >> _D) & 1)) & NM
-            c = np.int64(coin)
-            v = np.int64((y & _MAG) != 0) << _D      # no step from zero
-            return y + ((v ^ -c) + c)                # -v when the coin says down
+            m = y & _MAG
+            v = np.int64((m != 0) & (m <= _F32MAX_BITS)) << _D   # no step from 0 or inf
+            c = (up ^ -neg) ^ 1                      # 1: one step toward zero's side
+            return y + ((v ^ -c) + c)                # -v when c
         t = b & NM
-        return t + (STEP if (coin and t != b) else 0)
+        return t + (STEP if ((up ^ -neg) == 1 and t != b) else 0)
 
     @numba.njit(inline="always")
     def bad(b):
@@ -547,8 +588,6 @@ def _fast_ops(MODE):
 
 
 def _make_fast_matmul(MODE):
-    SH1, SH2 = _SH1, _SH2
-    LOW = np.uint64(0xFFFFFFFF)
     rnd, bad = _fast_ops(MODE)
 
     @numba.njit(parallel=True, nogil=True, error_model="numpy")
@@ -572,12 +611,11 @@ def _make_fast_matmul(MODE):
                 for n in range(N):
                     h = bits_at(kp, np.uint64(base + n * sn + k))
                     b = _f2i(a * brow[n])
-                    pb = rnd(b, np.int64(h >> SH1), (h & _ONE) != 0)
+                    pb = rnd(b, h)
                     if k == 0:
                         yb = pb
-                    else:
-                        yb = rnd(_f2i(acc[n] + _i2f(pb)), np.int64((h & LOW) >> SH2),
-                                 (h & np.uint64(2)) != 0)
+                    else:                    # the add's bits: h's low half, on top
+                        yb = rnd(_f2i(acc[n] + _i2f(pb)), h << _S32U)
                     isbad = bad(b) | bad(pb) | bad(yb)
                     nbad += isbad
                     flag[n] = isbad
@@ -587,7 +625,7 @@ def _make_fast_matmul(MODE):
                         if flag[n]:
                             h = bits_at(kp, np.uint64(base + n * sn + k))
                             pr = rounder(a * brow[n], 0.0, h, MODE, 24, -126, _F32[2], False, 0)
-                            acc[n] = pr if k == 0 else rounder(acc[n] + pr, 0.0, mix64(h), MODE,
+                            acc[n] = pr if k == 0 else rounder(acc[n] + pr, 0.0, h << _S32U, MODE,
                                                                24, -126, _F32[2], False, 0)
             for n in range(N):
                 out[s, g, m, n] = acc[n]
@@ -653,7 +691,7 @@ def _make_fast_reduce(MODE):
                     if np.uint64(((b >> 52) & 0x7FF) - LO) <= SPAN:
                         # inside float32's binades 2^-125 .. 2^126: the rounded sum stays a
                         # normal, finite float32 whichever way it goes
-                        acc[j] = _i2f(rnd(b, np.int64(h >> _SH1), (h & _ONE) != 0))
+                        acc[j] = _i2f(rnd(b, h))
                     else:           # zero, the edge binades, subnormal, overflow, inf, NaN
                         acc[j] = _add_round(acc[j], xl[j], h, MODE, 24, -126, _F32[2], False,
                                             24)
@@ -719,7 +757,7 @@ def _make_fast_rows(MODE, OP):
                 for i in range(c0, c1):
                     h = bits_at(key, np.uint64(i))
                     bx = _f2i(value(ar, br, i))
-                    y = rnd(bx, np.int64(h >> _SH1), (h & _ONE) != 0)
+                    y = rnd(bx, h)
                     isbad = bad(bx) | bad(y)
                     nbad += isbad
                     flag[i - c0] = isbad

@@ -829,7 +829,12 @@ def test_fast_matmul_special_values_fall_back():
         # the special elements take the generic rounder with the same bits: identical
         assert np.array_equal(fast[:, bad], gen[:, bad], equal_nan=True), code
         assert np.array_equal(np.isnan(fast), np.broadcast_to(np.isnan(ref), fast.shape))
-        assert np.all(np.isinf(fast[:, np.isinf(ref) | (np.abs(ref) >= 2.0 ** 128)]))
+        big = fast[:, np.isinf(ref) | (np.abs(ref) >= 2.0 ** 128)]
+        if code == 3:    # cestac rounds an overflow toward zero (to ±max) on half its coins
+            big = big[np.isfinite(big)]
+            assert np.all(np.abs(big) == f32max) and big.size > 0
+        else:
+            assert np.all(np.isinf(big))
         assert np.all(F.representable(fast[np.isfinite(fast)], F.float32))
     # subnormal products summed: unbiased, on the subnormal grid
     A = np.full((2000, 3), 3e-23, np.float32)
@@ -849,7 +854,11 @@ def test_fast_matmul_special_values_fall_back():
     for code in (1, 2, 3):
         fast, gen = _kernels_both(code, A, B, 8, seed=5)
         for r in (fast, gen):
-            assert np.all(r[:, 0] == np.inf) and np.all(r[:, 1] == np.inf)
+            # cestac: an overflow rounded toward zero is max (as fpx.formats.round has it)
+            # and the sum goes on from there
+            ok = (r[:, 0] == np.inf) | ((r[:, 0] >= 3e38) if code == 3 else False)
+            assert np.all(ok)
+            assert np.all(r[:, 1] == np.inf)
             assert np.all(np.isnan(r[:, 2]))
             assert np.all(np.isfinite(r[:, 3]))
 
@@ -1087,7 +1096,10 @@ def test_fast_float32_running_sums(mode, cumulative):
     y = run(shared)
     assert np.array_equal(y.astype(np.float32).astype(np.float64), y, equal_nan=True)
     final = y[:, :, -1] if cumulative else y[:, :, 0]
-    assert np.isinf(final[:, 1, 1]).all()                       # overflow past float32 max
+    if mode == "cestac":   # toward zero on half the coins: max (formats.round's rule), then -1e38
+        assert (np.isinf(final[:, 1, 1]) | (final[:, 1, 1] > 2e38)).all()
+    else:
+        assert np.isinf(final[:, 1, 1]).all()                   # overflow past float32 max
     assert np.ptp(final[:, 0, 1]) > 0                            # the samples differ
     assert np.array_equal(run(np.ascontiguousarray(shared)), y, equal_nan=True)
     old = numba.get_num_threads()
