@@ -498,6 +498,18 @@ def _stochastic_up(k, rem, fsign, yfl, yce, rng, n, xp, need):
     return up & ok
 
 
+def _check_rng(rng):
+    """A generator with ``integers``, from an int seed too; ``None`` stays ``None``."""
+    if rng is None or hasattr(rng, "integers"):
+        return rng
+    if isinstance(rng, (int, np.integer)) and not isinstance(rng, bool):
+        if rng < 0:
+            raise ValueError(f"formats.round: the seed `rng` must be >= 0, not {rng}")
+        return np.random.default_rng(int(rng))
+    raise TypeError("formats.round: `rng` must be a numpy.random.Generator, an int seed or "
+                    f"None, not {type(rng).__name__}")
+
+
 def _check_mode(mode):
     if not isinstance(mode, str) or mode.lower() not in MODES:
         raise ValueError(f"unknown rounding mode {mode!r}; valid modes: {', '.join(MODES)}")
@@ -577,10 +589,14 @@ def round(x, fmt, mode: str = "rn", rng=None, *, residual=None, saturate: bool =
     fmt : anything :func:`get` accepts.
     mode : ``"rn"`` (nearest-even), ``"rd"``, ``"ru"``, ``"rz"`` (directed),
         ``"sr"`` (stochastic), ``"ud"`` (up-down), ``"cestac"``.
-    rng : ``numpy.random.Generator`` (or a namespace-compatible generator);
-        ``None`` -> ``numpy.random.default_rng()``.  Used by random modes only.
+    rng : ``numpy.random.Generator`` (or a namespace-compatible generator),
+        an int seed (``numpy.random.default_rng(seed)``) or ``None`` (a fresh
+        ``default_rng()``).  Used by random modes only.
     residual : optional float64 array broadcastable with ``x``; the value
-        rounded is the exact sum ``x + residual`` of a normalized pair.
+        rounded is the exact sum ``x + residual``.  A pair that is not
+        normalized (``|residual| > ulp(x)/2``) is renormalized first by TwoSum
+        (``s = fl(x + r)``, ``r' = (x + r) - s`` exactly); where ``fl(x + r)``
+        overflows, a pair that is not normalized rounds as that sum (±inf).
     saturate : clamp overflow (and infinite inputs) to ``±max`` (OCP
         saturation mode) instead of producing ``inf`` / NaN.
 
@@ -591,6 +607,7 @@ def round(x, fmt, mode: str = "rn", rng=None, *, residual=None, saturate: bool =
     """
     fmt = get(fmt)
     mode = _check_mode(mode)
+    rng = _check_rng(rng)
     xp, xf = _as_f64(x)
     if residual is not None:
         _, rf = _as_f64(residual, xp)
@@ -599,10 +616,18 @@ def round(x, fmt, mode: str = "rn", rng=None, *, residual=None, saturate: bool =
     xf = xp.reshape(xf, (-1,))
     if residual is not None:
         rf = xp.reshape(rf, (-1,))
-        # non-finite residual or zero x: round the float64 sum (exact there)
-        swap = ~xp.isfinite(rf) | ((xf == 0) & (rf != 0))
-        xf = xp.where(swap, xf + rf, xf)
-        rf = xp.where(swap | ~xp.isfinite(xf), 0.0 * rf, rf)
+        with np.errstate(over="ignore", invalid="ignore"):
+            # renormalize by TwoSum: (s, e) with s = fl(x + r) is the same exact value
+            s = xf + rf
+            bb = s - xf
+            e = (xf - (s - bb)) + (rf - bb)
+            ok = xp.isfinite(s) & (s != xf)          # (s == x: as it was, -0.0 kept)
+            loose = ~xp.isfinite(s) & xp.isfinite(xf) & (xp.abs(rf) > xp.abs(xf) * 2.0 ** -53)
+            xf, rf = xp.where(ok | loose, s, xf), xp.where(ok, e, rf)
+            # non-finite residual or zero x: round the float64 sum (exact there)
+            swap = ~xp.isfinite(rf) | ((xf == 0) & (rf != 0))
+            xf = xp.where(swap, xf + rf, xf)
+            rf = xp.where(swap | ~xp.isfinite(xf) | loose, 0.0 * rf, rf)
     n = 1
     for s in shape:
         n *= s

@@ -757,6 +757,8 @@ def stochastic(f=None, mode: str = "sr", *, samples: int = 10, seed: int = 0, po
         raise ValueError(f"fpx.stochastic: samples must be a positive integer, not {samples!r}")
     if t is not None and not (isinstance(t, (int, np.integer)) and 1 <= t <= 53):
         raise ValueError(f"fpx.stochastic: virtual precision t must be an integer in [1, 53], not {t!r}")
+    if not isinstance(seed, (int, np.integer)) or isinstance(seed, bool) or seed < 0:
+        raise ValueError(f"fpx.stochastic: seed must be a non-negative integer, not {seed!r}")
     get_policy(policy)  # validate early
     options = dict(mode=mode, seed=int(seed), policy=policy, granularity=granularity,
                    vectorize=vectorize, order=order, t=t, mca_mode=mca_mode)

@@ -24,9 +24,12 @@ def assert_close(actual, expected, *, fn, args=(), kwargs=None, policy=None,
     be inside its own bound). Fails with ``Verdict.report()`` otherwise. ``expected`` may also
     be a function (its own round-off is then bounded too). Works on NumPy and CuPy arrays,
     and on torch: ``actual``/``expected`` may be torch tensors and ``fn`` (or ``expected``) a
-    ``torch.nn.Module`` or a function of torch tensors (``fpx.transform.adapt``).
+    ``torch.nn.Module`` or a function of torch tensors (``fpx.transform.adapt``). ``args`` is
+    the tuple of positional arguments; anything else (an array, a list) is one argument.
     """
     kwargs = kwargs or {}
+    if not isinstance(args, tuple):      # one argument (an array is not unpacked)
+        args = (args,)
     verdict = classify(fn, expected, *args, policy=policy, bound=bound, layers=False,
                        **options, **kwargs)
     problems = []

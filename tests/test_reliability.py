@@ -134,3 +134,45 @@ def test_w8_fast_float32_rows_take_the_general_rounders_decisions(code):
         K.fast_round_rows(code)(x, x, keys, 11, fast)
         K.round_rows(x, np.empty((1, 0)), keys, 11, code, 24, -126, F32MAX, False, 24, gen)
     assert np.array_equal(fast, gen, equal_nan=True)
+
+
+# ---------------------------------------------------------------------------------------------
+# W15: API edges
+# ---------------------------------------------------------------------------------------------
+def test_w15_formats_round_accepts_an_int_seed():
+    x = np.linspace(1, 2, 1001)
+    a = F.round(x, "f32", "sr", 42)
+    assert np.array_equal(a, F.round(x, "f32", "sr", 42))
+    assert np.array_equal(a, F.round(x, "f32", "sr", np.random.default_rng(42)))
+    with pytest.raises(TypeError, match="`rng`"):
+        F.round(x, "f32", "sr", "42")
+    with pytest.raises(ValueError, match="`rng`"):
+        F.round(x, "f32", "sr", -1)
+
+
+def test_w15_formats_round_applies_a_residual_that_is_not_normalized():
+    assert F.round([1.0], "f32", residual=[0.5])[0] == 1.5
+    # 1 + 2^-24 + 2^-60 is above float32's tie at 1 + 2^-24 (its float64 sum is the tie)
+    r = 2.0 ** -24 + 2.0 ** -60
+    assert F.round([1.0], "f32", "rn", residual=[r])[0] == np.float32(1 + 2.0 ** -23)
+    assert F.round([1.0], "f32", "rd", residual=[r])[0] == 1.0
+    assert F.round([1.0], "f32", "ru", residual=[-r])[0] == np.float32(1 - 2.0 ** -24)
+    # sr: P(up) = (r - 0)/2^-23 on [1, 1 + 2^-23], from the exact value
+    n = 20000
+    up = F.round(np.ones(n), "f32", "sr", 7, residual=np.full(n, r)) > 1
+    assert _within(int(up.sum()), n, float(Fraction(r) / Fraction(2.0 ** -23)))
+
+
+def test_w15_assert_close_takes_a_non_tuple_args_as_one_argument():
+    v = fpx.testing.assert_close(np.full(3, 3.0), np.full(3, 3.0), fn=lambda t: t * 3,
+                                 args=np.ones(3))
+    assert v.kind == "roundoff"
+    v = fpx.testing.assert_close(np.full(3, 3.0), np.full(3, 3.0), fn=lambda t: t * 3,
+                                 args=(np.ones(3),))
+    assert v.kind == "roundoff"
+
+
+@pytest.mark.parametrize("seed", [-1, 1.5, True])
+def test_w15_bad_seed_error_names_the_argument(seed):
+    with pytest.raises(ValueError, match="seed"):
+        fpx.stochastic(lambda t: t * 1.1, "sr", seed=seed)(np.ones(2))
