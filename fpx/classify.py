@@ -3,7 +3,8 @@
 RENDER's question (Zhan et al., "When AllClose Fails", 2025): the target program's output
 differs from a reference by more than ``allclose`` allows. Bound what round-off alone could make
 the target produce on this input (``fpx.interval``): a reference inside the bound is explained
-by round-off; a reference outside a finite, sound bound cannot be -- a bug. ``inconclusive``
+by round-off; a reference outside a finite, sound bound cannot be -- a bug (a NaN or infinite
+reference there too: round-off cannot produce it). ``inconclusive``
 when the bound cannot decide: infinite/NaN bounds where the reference is not contained, a
 ``[-inf, +inf]`` bound (it contains everything, so it explains nothing) where target and
 reference differ, or an unstable value decided Python control flow (the bound then covers only
@@ -22,7 +23,7 @@ import numpy as np
 
 from fpx import formats, tree
 from fpx.core import concrete, to_host
-from fpx.interval import Event, Interval, run_interval
+from fpx.transforms.interval import Event, Interval, run_interval
 from fpx.transform import adapt, as_array
 
 __all__ = ["classify", "Verdict"]
@@ -183,6 +184,7 @@ def _compare(t_out, r_out, events, bound) -> Verdict:
     v = Verdict("roundoff", t_out, r_out, events=events, rigorous=(bound == "rigorous"))
     ref_is_arrays = not any(isinstance(x, Interval) for x in r_leaves)   # not a function's bounds
     halfw_over_obs = []
+    n_nan = n_inf = 0
     for i, (t, r) in enumerate(zip(t_leaves, r_leaves)):
         t = _as_intervals(t)
         r = _as_intervals(r)
@@ -197,11 +199,13 @@ def _compare(t_out, r_out, events, bound) -> Verdict:
         with np.errstate(invalid="ignore"):
             overlap = (rlo <= thi) & (tlo <= rhi)
             both_nan = np.isnan(tv) & np.isnan(rv) & (np.isnan(tlo) | np.isnan(thi))
-            finite = np.isfinite(tlo) & np.isfinite(thi) & np.isfinite(rlo) & np.isfinite(rhi)
             # identical values (inf == inf included) need no explanation, whatever the bounds
             bad = ~overlap & ~both_nan & ~(tv == rv)
-            outside = bad & finite & ~np.isnan(rv) | (bad & np.isnan(rv) & np.isfinite(tlo)
-                                                      & np.isfinite(thi))
+            # outside a finite target bound: a reference enclosure disjoint from it (an
+            # infinite reference value included), or a NaN reference (round-off cannot
+            # produce NaN or overflow where the bound is finite)
+            t_finite = np.isfinite(tlo) & np.isfinite(thi)
+            outside = bad & t_finite & ((~np.isnan(rlo) & ~np.isnan(rhi)) | np.isnan(rv))
             # [-inf, +inf] contains everything: "inside" it explains nothing
             vacuous = overlap & ~(tv == rv) & ((np.isneginf(tlo) & np.isposinf(thi))
                                                | (np.isneginf(rlo) & np.isposinf(rhi)))
@@ -210,6 +214,8 @@ def _compare(t_out, r_out, events, bound) -> Verdict:
             half = (thi - tlo) / 2
         v.n_elements += int(tv.size)
         v.n_outside += int(np.count_nonzero(outside))
+        n_nan += int(np.count_nonzero(outside & np.isnan(rv)))
+        n_inf += int(np.count_nonzero(outside & np.isinf(rv)))
         v.n_undecided += int(np.count_nonzero(undecided))
         fin = np.isfinite(diff)
         if fin.any():
@@ -245,6 +251,12 @@ def _compare(t_out, r_out, events, bound) -> Verdict:
         v.kind = "bug"
         v.reasons.append(f"{v.n_outside} reference element(s) lie outside a finite bound "
                          "that contains every result round-off could produce")
+        if n_nan:
+            v.reasons.append(f"{n_nan} of them are NaN where the target's bound is finite: "
+                             "round-off alone cannot produce a NaN there")
+        if n_inf:
+            v.reasons.append(f"{n_inf} of them are infinite where the target's bound is "
+                             "finite: round-off alone cannot overflow there")
     elif v.n_outside or v.n_undecided or control or int_unstable:
         v.kind = "inconclusive"
         if v.n_undecided:

@@ -176,3 +176,24 @@ def test_w15_assert_close_takes_a_non_tuple_args_as_one_argument():
 def test_w15_bad_seed_error_names_the_argument(seed):
     with pytest.raises(ValueError, match="seed"):
         fpx.stochastic(lambda t: t * 1.1, "sr", seed=seed)(np.ones(2))
+
+
+# ---------------------------------------------------------------------------------------------
+# W10: classify with an infinite or NaN reference where the bound is finite
+# ---------------------------------------------------------------------------------------------
+@pytest.mark.parametrize("ref, word", [(np.inf, "infinite"), (-np.inf, "infinite"),
+                                       (np.nan, "NaN")])
+def test_w10_nonfinite_reference_outside_a_finite_bound_is_a_bug(ref, word):
+    x = np.ones(2, np.float32)
+    v = fpx.classify(lambda t: t * np.float32(3), np.array([ref, 3.0]), x)
+    assert v.kind == "bug"
+    assert v.n_outside == 1 and v.n_undecided == 0
+    assert any(word in r for r in v.reasons), v.reasons
+    assert word in v.report()
+
+
+def test_w10_nonfinite_reference_where_the_target_overflows_is_not_a_bug():
+    x = np.full(1, 3e38, np.float32)
+    with np.errstate(over="ignore"):
+        v = fpx.classify(lambda t: t * np.float32(3), np.array([np.inf]), x)
+    assert v.kind == "roundoff"
