@@ -1626,7 +1626,7 @@ def _state_tensor(module, name):
 
 def _example(x):
     """Torch example inputs for export from user inputs (tensors, arrays, Intervals)."""
-    from fpx.interval import Interval
+    from fpx.transforms.interval import Interval
     if isinstance(x, Interval):
         x = x.value
     if isinstance(x, torch.Tensor):
@@ -1696,7 +1696,7 @@ _FN_CACHE: dict = {}
 
 
 def _signature(args, kwargs):
-    from fpx.interval import Interval
+    from fpx.transforms.interval import Interval
     leaves, spec = _pytree.tree_flatten((tuple(args), dict(kwargs or {})))
     sig = [str(spec)]
     for x in leaves:
@@ -1731,7 +1731,7 @@ def program_for(f, args=(), kwargs=None, *, fallback="auto") -> TorchProgram:
 
 
 def _device_of(args, kwargs):
-    from fpx.interval import Interval
+    from fpx.transforms.interval import Interval
     for x in tree.flatten((args, kwargs))[0]:
         if isinstance(x, Interval):
             x = x.value
@@ -1741,7 +1741,7 @@ def _device_of(args, kwargs):
 
 
 def _to_fpx_leaf(x):
-    from fpx.interval import Interval
+    from fpx.transforms.interval import Interval
     if isinstance(x, torch.Tensor):
         return to_array(x)
     if isinstance(x, Interval) and isinstance(x.value, torch.Tensor):
@@ -1751,7 +1751,7 @@ def _to_fpx_leaf(x):
 
 
 def _to_user_leaf(x, device):
-    from fpx.interval import Interval
+    from fpx.transforms.interval import Interval
     if isinstance(x, Interval):
         v = x.value
         if _is_arr(v) or isinstance(v, (np.ndarray, np.generic)):
@@ -1891,7 +1891,7 @@ def _cast_inputs(x, dtype):
 
 def _hull(t, r):
     """The interval [min(t, r), max(t, r)] with value ``t`` (the target's own input)."""
-    from fpx.interval import Interval
+    from fpx.transforms.interval import Interval
     if not isinstance(t, torch.Tensor) or not t.is_floating_point():
         if isinstance(t, torch.Tensor) and isinstance(r, torch.Tensor) and \
                 not torch.equal(t, r.to(t.dtype)):
@@ -1937,7 +1937,8 @@ def classify_layers(target, reference, *args, policy=None, bound="rigorous", con
     analysis covers ``start..end`` inclusive.
     """
     if layers is None:
-        names = [n for n, _ in target.named_children()]
+        # a leaf module (no children) is its own single layer ("" names the module itself)
+        names = [n for n, _ in target.named_children()] or [""]
         mapping = {n: n for n in names}
     elif isinstance(layers, dict):
         mapping = dict(layers)
@@ -1960,6 +1961,7 @@ def classify_layers(target, reference, *args, policy=None, bound="rigorous", con
         raise FpxError(f"fpx.classify: none of the layers {names} ran")
     labels, seen = [], {}
     for n in t_seq:                       # a layer called twice is two steps: name, name#2
+        n = n or type(target).__name__
         seen[n] = seen.get(n, 0) + 1
         labels.append(n if seen[n] == 1 else f"{n}#{seen[n]}")
     i0, i1 = _layer_range(labels, start, end)
@@ -1971,7 +1973,7 @@ def classify_layers(target, reference, *args, policy=None, bound="rigorous", con
         ins = _pytree.tree_map(_hull, (ta, tk), (ra, rk))
         sub = target.get_submodule(name)
         from fpx.transform import adapt
-        from fpx.interval import run_interval
+        from fpx.transforms.interval import run_interval
         ad = adapt(sub, ins[0], ins[1])
         interp, t_out = run_interval(ad.fn, ad.args, ad.kwargs,
                                      policy=ad.policy if policy is None else policy, **opts)

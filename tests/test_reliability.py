@@ -197,3 +197,22 @@ def test_w10_nonfinite_reference_where_the_target_overflows_is_not_a_bug():
     with np.errstate(over="ignore"):
         v = fpx.classify(lambda t: t * np.float32(3), np.array([np.inf]), x)
     assert v.kind == "roundoff"
+
+
+# ---------------------------------------------------------------------------------------------
+# W13: classify of two leaf torch modules compares the module as one layer
+# ---------------------------------------------------------------------------------------------
+def test_w13_classify_leaf_modules():
+    torch = pytest.importorskip("torch")
+    import copy
+    torch.manual_seed(0)
+    lin = torch.nn.Linear(8, 4)
+    x = torch.randn(3, 8)
+    v = fpx.classify(lin, copy.deepcopy(lin).double(), x)
+    assert v.kind == "roundoff"
+    assert [name for name, _ in v.layers] == ["Linear"]
+    wrong = copy.deepcopy(lin).double()
+    with torch.no_grad():
+        wrong.weight[0, 0] += 0.01
+    v = fpx.classify(lin, wrong, x)
+    assert v.kind == "bug" and v.first_bug == "Linear"
