@@ -38,6 +38,7 @@ import io
 import logging
 import math
 import operator
+import threading
 import warnings
 import weakref
 
@@ -1315,23 +1316,34 @@ def _getitem(ctx, xs, i):
 _KEEP = ("aten.linear.default", "aten.scaled_dot_product_attention.default")
 
 
+# torch.export is not thread-safe (its fake mode, and a non-strict export swaps the module's
+# parameters for fake tensors while it runs), and _quiet changes process-wide state (logger
+# levels, warning filters, sys.stdout/stderr): every export, and every read of the program cache
+# and of a module's parameters, holds this lock, so no thread sees another's fakes and each
+# _quiet restores exactly what it replaced.
+_LOCK = threading.RLock()
+
+
 @contextlib.contextmanager
 def _quiet():
+    """Silence torch.export's logs (its failed-meta tracebacks are logged at ERROR level,
+    through handlers that hold the original stderr), warnings and prints, under ``_LOCK``."""
     names = ["torch._export", "torch.export", "torch.fx.experimental.symbolic_shapes",
              "torch._dynamo", "torch._subclasses.fake_tensor"]
-    loggers = [logging.getLogger(n) for n in names]
-    levels = [lg.level for lg in loggers]
-    for lg in loggers:
-        lg.setLevel(logging.ERROR)
-    sink = io.StringIO()
-    try:
-        with warnings.catch_warnings(), contextlib.redirect_stdout(sink), \
-                contextlib.redirect_stderr(sink):
-            warnings.simplefilter("ignore")
-            yield
-    finally:
-        for lg, lv in zip(loggers, levels):
-            lg.setLevel(lv)
+    with _LOCK:
+        loggers = [logging.getLogger(n) for n in names]
+        levels = [lg.level for lg in loggers]
+        for lg in loggers:
+            lg.setLevel(logging.CRITICAL + 1)
+        sink = io.StringIO()
+        try:
+            with warnings.catch_warnings(), contextlib.redirect_stdout(sink), \
+                    contextlib.redirect_stderr(sink):
+                warnings.simplefilter("ignore")
+                yield
+        finally:
+            for lg, lv in zip(loggers, levels):
+                lg.setLevel(lv)
 
 
 def _export(module, args, kwargs):
@@ -1720,14 +1732,15 @@ def program_for(f, args=(), kwargs=None, *, fallback="auto") -> TorchProgram:
     """The cached :class:`TorchProgram` of ``f`` for inputs like ``args`` (keyed by the module
     or function, its training flag and the inputs' shapes/dtypes/devices)."""
     key = _signature(args, kwargs) + (getattr(f, "training", None), fallback)
-    try:
-        per = _CACHE.setdefault(f, {})
-    except TypeError:
-        per = _FN_CACHE.setdefault(id(f), {})
-    prog = per.get(key)
-    if prog is None:
-        prog = per[key] = build(f, args, kwargs, fallback=fallback)
-    return prog
+    with _LOCK:             # one build per key, and no thread reads a module mid-export
+        try:
+            per = _CACHE.setdefault(f, {})
+        except TypeError:
+            per = _FN_CACHE.setdefault(id(f), {})
+        prog = per.get(key)
+        if prog is None:
+            prog = per[key] = build(f, args, kwargs, fallback=fallback)
+        return prog
 
 
 def _device_of(args, kwargs):
@@ -1771,10 +1784,11 @@ def adapt(f, args=(), kwargs=None) -> Adapted:
     """``fpx.transform.adapt`` for torch: see its docstring (the contract every transform
     relies on)."""
     kwargs = dict(kwargs or {})
-    prog = program_for(f, args, kwargs)
-    owner = f if isinstance(f, torch.nn.Module) else None
-    params = prog.params(owner) if owner is not None else {
-        k: to_array(v) for k, v in prog.constants.items()}
+    with _LOCK:             # the parameters, not another thread's export's fake tensors
+        prog = program_for(f, args, kwargs)
+        owner = f if isinstance(f, torch.nn.Module) else None
+        params = prog.params(owner) if owner is not None else {
+            k: to_array(v) for k, v in prog.constants.items()}
     device = _device_of(args, kwargs)
     a, k = tree.tree_map(_to_fpx_leaf, (tuple(args), kwargs))
     examples = _pytree.tree_map(_example, (tuple(args), kwargs))
@@ -1795,7 +1809,16 @@ class BoundProgram:
             getattr(f, "__name__", "torch_function")
 
     def __call__(self, *xs, **kw):
-        return self.prog.fn(self.params, *xs, **kw)
+        try:
+            return self.prog.fn(self.params, *xs, **kw)
+        except TypeError as e:
+            if "expected np.ndarray" not in str(e):
+                raise
+            raise TypeError(
+                f"fpx: {self.__name__} is run as a torch program, and every array input reaches "
+                "it as a torch tensor (NumPy arrays among its inputs are converted), so a NumPy "
+                "call on an input such as torch.from_numpy fails: pass torch tensors, or use "
+                f"torch.as_tensor inside it ({e})") from None
 
     def on_host(self):
         """The program with its parameters copied to the host (CUDA -> NumPy): where the
@@ -1884,6 +1907,8 @@ def _record_calls(module, names, args, kwargs):
 
 
 def _cast_inputs(x, dtype):
+    if isinstance(x, np.ndarray):        # NumPy inputs among torch ones: as tensors
+        x = to_tensor(x)
     if isinstance(x, torch.Tensor) and x.is_floating_point() and dtype is not None:
         return x.to(dtype)
     return x
