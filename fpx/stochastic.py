@@ -34,7 +34,10 @@ import numpy as np
 
 from fpx import formats as _formats
 from fpx import tree
-from fpx.core import Interpreter, Tracer, concrete, current_interpreter, using
+import sys
+
+from fpx.core import EvalInterpreter, FpxError, Interpreter, Tracer, concrete, \
+    current_interpreter, using
 from fpx.core import is_cupy as _is_cupy, to_host as _host
 
 
@@ -44,7 +47,7 @@ from fpx.kernels import stochastic as _K
 from fpx.policy import get_policy
 from fpx.transform import adapt, check_dtype, is_array_leaf, on_host, wraps
 
-__all__ = ["stochastic", "StochasticInterpreter", "sample_keys", "MODES"]
+__all__ = ["stochastic", "StochasticInterpreter", "NestingError", "sample_keys", "MODES"]
 
 MODES = ("sr", "ud", "cestac", "mca", "ieee")
 _MCA_MODES = ("rr", "pb", "mca")
@@ -64,6 +67,25 @@ _EFT_OP = {"add": 0, "sub": 1, "mul": 2, "div": 3}
 
 class _NeedsPerSample(Exception):
     """A perturbed value reached Python control flow: run one sample at a time."""
+
+
+class NestingError(FpxError, NotImplementedError):
+    """fpx.stochastic nested with another transform in a way it does not support yet."""
+
+
+def _transform_name(interp) -> str:
+    n = type(interp).__name__
+    return n[:-len("Interpreter")].lower() if n.endswith("Interpreter") else n
+
+
+def _nesting_error(inner: str, outer: str) -> NestingError:
+    return NestingError(
+        f"nesting fpx.{inner} inside fpx.{outer} is not supported yet: fpx.stochastic carries "
+        f"every sample at once, so the other transform would see the sample axis; run each "
+        f"transform on its own (fpx.trace inside fpx.stochastic works)")
+
+
+_BIND_PARENT = Interpreter.bind_parent.__code__
 
 
 def sample_keys(seed: int, indices) -> np.ndarray:
@@ -128,6 +150,23 @@ class StochasticInterpreter(Interpreter):
         self.ops = 0          # rounding-operation counter: stream ids
         self.notes: list[str] = []
         self._dt_cache: dict = {}
+
+    def process(self, prim, args, params):
+        # an inner transform (its interpreter's parent is this one) binds its pieces here
+        # through Interpreter.bind_parent: refuse all but fpx.trace (a transform nested inside
+        # fpx.stochastic reads the batched arrays themselves and returns an extra sample axis)
+        f = sys._getframe(1)
+        if f.f_code is _BIND_PARENT:
+            self.adopt(f.f_locals.get("self"))
+        return super().process(prim, args, params)
+
+    def adopt(self, child):
+        """Raise :class:`NestingError` for a transform nested inside this one, except trace."""
+        if child is None or child is self:
+            return
+        from fpx.trace import TraceInterpreter
+        if not isinstance(child, TraceInterpreter):
+            raise _nesting_error(_transform_name(child), "stochastic")
 
     # -- operands -----------------------------------------------------------------------------
     def to_concrete(self, tracer, why):
@@ -765,6 +804,12 @@ def stochastic(f=None, mode: str = "sr", *, samples: int = 10, seed: int = 0, po
 
     @wraps(f)
     def sampled(*args, **kwargs):
+        outer = current_interpreter()
+        if not isinstance(outer, EvalInterpreter):
+            raise _nesting_error("stochastic", _transform_name(outer))
+        for x in tree.flatten((args, kwargs))[0]:
+            if isinstance(x, Tracer):        # another transform's value, handed in from outside
+                raise _nesting_error("stochastic", _transform_name(x._interp))
         ad = adapt(f, args, kwargs)          # torch modules / functions of tensors
         fn, a, k = ad.fn, ad.args, ad.kwargs
         leaves, td = tree.flatten((a, k))

@@ -293,3 +293,40 @@ def test_w17_mixed_torch_and_numpy_arguments():
     # ... so a NumPy-only call on it inside the program gets an error that says so
     with pytest.raises(TypeError, match="torch tensor"):
         fpx.interval(lambda a, b: a + torch.from_numpy(b))(xt, xn)
+
+
+# ---------------------------------------------------------------------------------------------
+# W11/W12: nesting fpx.stochastic with other transforms says it is not supported
+# ---------------------------------------------------------------------------------------------
+def _inner_stochastic(u):
+    return fpx.stochastic(lambda v: v * 2, "sr", samples=2)(u)
+
+
+@pytest.mark.parametrize("outer", ["trace", "interval", "stochastic"])
+def test_w12_stochastic_inside_another_transform(outer):
+    x = np.ones(2, np.float32)
+    T = fpx.stochastic if outer == "stochastic" else getattr(fpx, outer)
+    with pytest.raises(stochastic_mod.NestingError,
+                       match=f"nesting fpx.stochastic inside fpx.{outer} is not supported"):
+        T(_inner_stochastic)(x)
+
+
+def test_w12_another_transforms_value_handed_to_stochastic():
+    x = np.ones(2, np.float32)
+    escaped = []
+    fpx.trace(lambda t: escaped.append(t) or t)(x)
+    with pytest.raises(stochastic_mod.NestingError, match="inside fpx.trace"):
+        fpx.stochastic(lambda v: v * 2, "sr", samples=2)(escaped[0])
+
+
+def test_w11_interval_inside_stochastic():
+    x = np.ones(4, np.float32)
+    with pytest.raises(stochastic_mod.NestingError,
+                       match="nesting fpx.interval inside fpx.stochastic is not supported"):
+        fpx.stochastic(lambda t: fpx.interval(lambda u: u * 2)(t).hi, "sr", samples=3)(x)
+
+
+def test_w11_trace_inside_stochastic_still_works():
+    x = np.ones(4, np.float32)
+    rec = fpx.stochastic(lambda t: fpx.trace(lambda u: u * 2)(t), "sr", samples=3)(x)
+    assert "mul" in str(rec)
