@@ -23,7 +23,7 @@ import numpy as np
 from _timing import parse_args, timeit, warm_up  # benchmarks/ (the script's folder) is on sys.path
 import fpx
 from fpx import formats
-from fpx.kernels.render import render_matmul
+from _render import render_matmul
 
 
 def make_mlp(batch=256, width=1024, layers=4, seed=0):

@@ -18,7 +18,7 @@ from fpx.core import (EscapedTracerError, FpxError, UnsupportedFunctionError,  #
                       UnsupportedOpError)
 from fpx.formats import Format  # noqa: F401
 from fpx.trace import trace  # noqa: F401
-from fpx.interval import Interval, interval  # noqa: F401
+from fpx.transforms.interval import Interval, interval  # noqa: F401
 from fpx.classify import Verdict, classify  # noqa: F401
 from fpx import testing  # noqa: F401
 from fpx import metrics  # noqa: F401

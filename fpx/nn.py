@@ -199,7 +199,19 @@ def _softmax_decomp(x, *, axis=-1):
     return fnp.divide(e, fnp.sum(e, axis, keepdims=True))
 
 
-_softmax = Composite("softmax", _softmax_decomp, kind="reduction")
+def _softmax_native(B):
+    """The NumPy backend's softmax: torch's CPU kernel while a torch program runs (the
+    module's own arithmetic, ``fpx/kernels/blas.py: softmax``), else the decomposition."""
+    if B.name != "numpy":
+        return _softmax_decomp
+
+    def softmax_numpy(x, *, axis=-1):
+        y = _kblas.softmax(x, axis)
+        return _softmax_decomp(x, axis=axis) if y is None else y
+    return softmax_numpy
+
+
+_softmax = Composite("softmax", _softmax_decomp, _softmax_native, kind="reduction")
 
 
 def softmax(x, axis=-1):

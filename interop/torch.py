@@ -2000,7 +2000,7 @@ def classify_layers(target, reference, *args, policy=None, bound="rigorous", con
         from fpx.transform import adapt
         from fpx.transforms.interval import run_interval
         ad = adapt(sub, ins[0], ins[1])
-        interp, t_out = run_interval(ad.fn, ad.args, ad.kwargs,
+        interp, t_out = run_interval(ad.fn, ad.args, ad.kwargs, trace_floats=False,
                                      policy=ad.policy if policy is None else policy, **opts)
         r_ref = _pytree.tree_map(lambda x: to_array(x) if isinstance(x, torch.Tensor) else x,
                                  rout)

@@ -118,45 +118,18 @@ def _conv_float64(torch, x, w, b, stride, padding, dilation, groups):
     return y.contiguous().numpy()
 
 
-def conv_f64(x, w, b, stride, padding, dilation, groups):
-    """The convolution of a float64 input with float32 weights (and bias) in float64 on
-    torch's thread pool: error at most γ_{K+1}(2^-53)·Σ|x·w| in any order (the exact-centre
-    bound of an interval input's midpoints). None without torch's oneDNN build, or for other
-    operand types."""
-    torch = _torch()
-    if not (torch and type(x) is np.ndarray and x.dtype == np.float64 and x.size
-            and type(w) is np.ndarray and w.dtype == np.float32 and w.size
-            and (b is None or (type(b) is np.ndarray and b.dtype == np.float32))):
-        return None
-    return _conv_float64(torch, x, w, b, stride, padding, dilation, groups)
-
-
-def conv_blocks_f32(x, w, stride, padding, dilation, groups, blocks, stacked=False):
-    """``[conv(x_j, w_j) for j in range(blocks)]`` over ``blocks`` contiguous blocks of each
-    group's input channels, each a oneDNN float32 convolution (float32 arrays, no bias), and
-    the largest block's number of terms K_j: every output of the whole convolution is the sum
-    of the blocks' outputs in exact arithmetic, and block j's float32 sum errs like any
-    float32 sum of K_j products (the caller adds them in float64 and bounds each from its own
-    value: the partial-sum form). None where ``conv_f32`` does not apply or a group has fewer
-    than ``blocks`` input channels. ``stacked`` (one group, equal blocks): the blocks' outputs
-    from one grouped oneDNN convolution, as one (N, blocks, C_out·spatial) array (1.83 against
-    2.10 ms for two convolutions with their input channels copied out, ResNet block conv)."""
+def conv_blocks_f32(x, w, stride, padding, dilation, groups, blocks):
+    """(parts, K_j): ``[conv(x_j, w_j) for j in range(blocks)]`` over ``blocks`` contiguous
+    blocks of each group's input channels, each a oneDNN float32 convolution (no bias), and
+    the largest block's number of terms K_j: the blocks' outputs sum to the whole
+    convolution in exact arithmetic, and block j's float32 sum errs like any float32 sum of
+    K_j products. None where ``conv_f32`` does not apply or a group has fewer than
+    ``blocks`` input channels."""
     torch = _engine(x, w, None)
     cg = w.shape[1]
     if torch is None or blocks < 2 or cg < blocks:
         return None
     (tx, tw, _), pad = _tensors(torch, x, w, None, padding)
-    if stacked and int(groups) == 1 and cg % blocks == 0:
-        # one grouped convolution: group j reads input channels [j·cb, (j+1)·cb) -- block j
-        # -- in place, with the weights' block j; its output channels are block j's sums
-        co, cb = w.shape[0], cg // blocks
-        wg = tw.reshape((co, blocks, cb) + tuple(w.shape[2:])).transpose(0, 1).reshape(
-            (blocks * co, cb) + tuple(w.shape[2:])).contiguous()
-        with torch.no_grad():
-            y = torch.mkldnn_convolution(tx, wg, None, pad, list(stride), list(dilation),
-                                         blocks)
-        y = y.contiguous().numpy()
-        return y.reshape(y.shape[0], blocks, -1), cb * int(np.prod(w.shape[2:]))
     edges = [cg * j // blocks for j in range(blocks + 1)]
     n, sp, g = tx.shape[0], tuple(tx.shape[2:]), int(groups)
     xg = tx.reshape((n, g, cg) + sp)

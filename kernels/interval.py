@@ -1,4 +1,4 @@
-"""Fused one-pass kernels for ``fpx.interval`` (numba loops, IEEE round-to-nearest: no
+"""Fused one-pass kernels of the interval transform (numba loops, IEEE round-to-nearest: no
 fastmath, so no reassociation).
 
 NumPy needs ~12 passes (and as many multi-MB temporaries) to widen a pair of bounds, add a
@@ -6,31 +6,19 @@ rounding error and map overflow to infinity; these do it in one pass per bound.
 
 * ``down(x, rel, absl, top)`` = ``x - (min(|x|, MAX)·rel + absl)``, and ``-inf`` below
   ``-top``; ``up`` mirrors it. With ``rel`` including ``4·2^-52`` and ``absl`` including
-  ``2^-1074`` the float64 rounding of these steps themselves is covered (see
-  ``fpx.interval._round_bounds``). NaN passes through.
+  ``2^-1074`` the float64 rounding of these steps themselves is covered. NaN passes through.
 * ``scale_up(x, f, a)``: an upper bound of ``x·f + a`` for ``x >= 0``.
-* ``mm_left(v, lo, hi, c2, stats)``: the left GEMM factor ``L = c2·(|v| + r) + r`` of the
-  value-centred matmul radius, ``r = max(v - lo, hi - v)``, rounded up and returned as a
-  float32 that is >= L (bumped by ``2^-23`` relative, and at least ``F32_FLOOR`` = 2^-102:
-  no subnormal operands or products in the radius GEMM, which cost Intel cores a microcode
-  assist per multiply); zero-width zeros give 0 exactly, NaN bounds NaN. No step multiplies a
-  value that may be subnormal (the ``2^-1074`` terms are left out where they are not needed).
-  ``with_abs``: also |v| (float32) from the same pass, interval @ interval's other factor.
-* ``add_bounds(alo, ahi, blo, bhi, rel, absl, top)``: ``down(alo + blo)``, ``up(ahi + bhi)``
-  in one pass (interval addition with its rounding; no temporaries).
-* ``mul_bounds(alo, ahi, blo, bhi, rel, absl, top)``: the interval product (four corners)
-  with its rounding in one pass.
-* ``affine_bounds(xlo, xhi, slo, shi, tlo, thi, r1, a1, r2, a2, top)``: ``mul_bounds``
-  then ``add_bounds``, one pass (a batch norm's per-channel scale and shift).
-* ``center_bounds(c, R, f, a, top, b)`` -> (lo, hi, n_bad): ``c ∓ (rad·(1+8ε) + |c|·(b+8ε) +
-  2^-1074)`` with ``rad = scale_up(R, f, a)`` computed on the fly (the GEMM radius needs no array of its own),
-  overflow past ``top`` mapped to ∓inf; both bounds in one pass.
-* ``split_center_bounds(parts, c3, R, f, a, top, b, sb, f_cap)``: the same around a centre
-  given in parts (a split-K GEMM's 2 or 4 float32 blocks and a bias), plus ``sb·Σ|c_i|``;
-  ``split_ball``: a float32 radius about the program's value that covers them.
-* ``*_centred`` (``mm_left_centred``, ``mm_right_centred``, ``softmax_bounds_centred``): a
-  consumer's pass over pending ``center_bounds`` computed on the fly, bit for bit the two
-  passes, without writing the bounds.
+* boxes: ``add_bounds``, ``mul_bounds`` (interval sum and product with their rounding),
+  ``affine_bounds`` (both: a batch norm's scale and shift), ``softmax_bounds``,
+  ``layer_norm_bounds``.
+* balls (every execution within ``r`` of the program's value ``v``): ``ball_radius`` (box
+  to ball), ``center_bounds(c, R, f, a, top, b)`` (ball to box: ``c ∓ (R·f + a + b·|c|)``
+  widened outward, past ``top`` ∓inf), ``ball_affine`` (a radius through a constant),
+  ``ball_floor`` (through a ReLU).
+* GEMM factors of a ball: ``mm_left_ball`` (``L = c2·(|v| + r) + r``) and ``mm_right_ball``
+  (``|v| + r`` and ``r``), float32 upper bounds (bumped by ``2^-23`` relative and at least
+  ``F32_FLOOR`` = 2^-102: no subnormal operands or products in the radius GEMM, which cost
+  Intel cores a microcode assist per multiply); zero-width zeros give 0 exactly.
 
 Each is one compiled loop over (rows, last axis) blocks of contiguous memory (the inner loop
 vectorizes; a numba ``vectorize`` ufunc calls its scalar kernel per element and ran ~5x
@@ -295,34 +283,6 @@ def add_bounds(alo, ahi, blo, bhi, rel, absl, top, floor=-math.inf):
     return _result(rlo, shape), _result(rhi, shape)
 
 
-@numba.njit(cache=True, error_model="numpy")
-def _add_centred_loop(alo, ahi, c, R, f, a, cb, ctop, cfloor, rel, absl, top, floor, lo, hi):
-    n_bad = 0
-    for i in range(lo.shape[0]):
-        for j in range(lo.shape[1]):
-            bl, bh, bad = _centred(np.float64(_at(c, i, j)), np.float64(_at(R, i, j)),
-                                   _at(f, i, j), _at(a, i, j), cb, ctop, cfloor)
-            l, h = _add_rounded(np.float64(_at(alo, i, j)), np.float64(_at(ahi, i, j)), bl, bh,
-                                _at(rel, i, j), _at(absl, i, j), top)
-            lo[i, j], hi[i, j] = _at_least(l, floor), _at_least(h, floor)
-            n_bad += bad
-    return n_bad
-
-
-def add_bounds_centred(alo, ahi, c, R, f, a, ctop, b, cfloor, rel, absl, top,
-                       floor=-math.inf):
-    """``add_bounds(alo, ahi, lo_b, hi_b, rel, absl, top, floor)`` of the bounds
-    ``(lo_b, hi_b) = center_bounds(c, R, f, a, ctop, b, cfloor)`` in one pass, bit for bit,
-    without writing them (a GEMM's pending result plus a residual or a bias); returns (lo,
-    hi, n_bad), n_bad as ``center_bounds``'."""
-    (alo, ahi, c, R, f, a, rel, absl), (lo, hi), shape, (rlo, rhi) = _flat(
-        (alo, ahi, c, R, f, a, rel, absl), (np.float64, np.float64))
-    cb = (float(b) + 8 * _E) * (1.0 + 4 * _E)
-    n_bad = _add_centred_loop(alo, ahi, c, R, f, a, cb, float(ctop), float(cfloor), rel, absl,
-                              float(top), float(floor), lo, hi)
-    return _result(rlo, shape), _result(rhi, shape), n_bad
-
-
 @numba.njit(inline="always", error_model="numpy")
 def _mul_rounded(al, ah, bl, bh, r, a, top):
     """The interval product widened by ``|y|·r + a`` (``_lower``/``_upper``)."""
@@ -374,22 +334,6 @@ def affine_bounds(xlo, xhi, slo, shi, tlo, thi, r1, a1, r2, a2, top, floor=-math
                                              (np.float64, np.float64))
     _affine_loop(*ops, float(top), float(floor), lo, hi)
     return _result(rlo, shape), _result(rhi, shape)
-
-
-@numba.njit(cache=True, error_model="numpy")
-def _affine_value_loop(v, s, t, vo):
-    for i in range(vo.shape[0]):
-        for j in range(vo.shape[1]):
-            vo[i, j] = _at(v, i, j) * _at(s, i, j) + _at(t, i, j)     # in v's own format
-
-
-def affine_values(v, s, t):
-    """The program's own ``v·s + t`` (arrays of one float dtype, a batch norm's last step) in
-    that dtype: two roundings as NumPy's two ufuncs (no FMA: numba contracts nothing without
-    fastmath)."""
-    (v, s, t), (vo,), shape, (rvo,) = _flat((v, s, t), (v.dtype,))
-    _affine_value_loop(v, s, t, vo)
-    return _result(rvo, shape)
 
 
 @numba.njit(cache=True, error_model="numpy")
@@ -465,15 +409,6 @@ def _radius_abs_up(vv, r0):
 
 
 @numba.njit(inline="always", error_model="numpy")
-def _left_elem(vv, l, h, c2):
-    """L of one element as a float32 (NaN where a bound or the value is): see ``mm_left``."""
-    r1, r2 = vv - l, h - vv
-    nan = (r1 != r1) | (r2 != r2)
-    r0 = r1 if r1 > r2 else r2
-    return np.float32(math.nan) if nan else _left_of_radius(vv, r0, c2)
-
-
-@numba.njit(inline="always", error_model="numpy")
 def _left_of_radius(vv, r0, c2):
     """L of one element (float32) from its value and a radius r0 >= max(v - lo, hi - v)."""
     r, ah = _radius_abs_up(vv, r0)
@@ -527,91 +462,22 @@ def _row_store_impl(out, scratch, i):
 
 
 @numba.njit(cache=True, error_model="numpy")
-def _mm_left_loop(v, lo, hi, c2, out, absv, scratch):
-    for i in range(out.shape[0]):
-        row = _row_target(out, scratch, i)
-        for j in range(out.shape[1]):     # branch-free, no count: the loop vectorizes
-            vv = np.float64(_at(v, i, j))
-            row[j] = _left_elem(vv, _at(lo, i, j), _at(hi, i, j), c2)
-            _put_abs(absv, i, j, vv)
-        _row_store(out, scratch, i)
-
-
-@numba.njit(cache=True, error_model="numpy")
-def _midpoint_factor_loop(lo, hi, k, mid, out):
-    for i in range(out.shape[0]):
-        for j in range(out.shape[1]):
-            l, h = _at(lo, i, j), _at(hi, i, j)
-            m = 0.5 * l + 0.5 * h                 # (may leave [l, h] by a subnormal step:
-            #  r = max(h - m, m - l) below still covers [l, h] about m)
-            mid[i, j] = m
-            r0 = max(h - m, m - l)
-            a = max(abs(l), abs(h))
-            r, _ = _radius_abs_up(m, r0)
-            L = (r + k * a) * (1.0 + 4 * _E)      # k·a may underflow: _f32_up covers it
-            nan = (l != l) | (h != h)
-            out[i, j] = np.float32(math.nan if nan else (0.0 if (a == 0.0) else _f32_up(L)))
-
-
-def midpoint_factor(lo, hi, k):
-    """(mid, L) for an exact-centre GEMM or convolution of an interval operand [lo, hi]:
-    float64 midpoints and a float32 ``L >= r + k·max(|lo|, |hi|)``, r = the radius about mid
-    (the radius factor ``(r + (c + γ)·|x̂|)`` of the matmul rule's exact centre; zeros of zero
-    width give 0, NaN bounds NaN)."""
-    (lo, hi), (mid, o), shape, (rmid, ro) = _flat((lo, hi), (np.float64, np.float32))
-    _midpoint_factor_loop(lo, hi, float(k), mid, o)
-    return _result(rmid, shape), _result(ro, shape)
-
-
-def _sample_elem(v, src, i, j):
-    """(value, r) of element (i, j) for the sample sums: ``src`` the bounds (lo, hi), a
-    ball (r,), or pending centred bounds (c, R, f, a, cb, top, floor); r = max(v - lo,
-    hi - v)."""
-
-
-@overload(_sample_elem)
-def _sample_elem_impl(v, src, i, j):
-    n = len(src)
-    if n == 1:
-        return lambda v, src, i, j: (np.float64(_at(v, i, j)), np.float64(_at(src[0], i, j)))
-    if n == 2:
-        def bounds(v, src, i, j):
-            vv = np.float64(_at(v, i, j))
-            r1, r2 = vv - _at(src[0], i, j), _at(src[1], i, j) - vv
-            return vv, (r1 if r1 > r2 else r2)
-        return bounds
-    if n != 7:
-        raise numba.errors.TypingError("sample sums: bounds (2), a ball (1) or centred (7)")
-
-    def centred(v, src, i, j):
-        lo, hi, _ = _centred(np.float64(_at(src[0], i, j)), np.float64(_at(src[1], i, j)),
-                             _at(src[2], i, j), _at(src[3], i, j), src[4], src[5], src[6])
-        vv = np.float64(_at(v, i, j))
-        r1, r2 = vv - lo, hi - vv
-        return vv, (r1 if r1 > r2 else r2)
-    return centred
-
-
-@numba.njit(cache=True, error_model="numpy")
-def _sample_sums_loop(v, src, rows, cols, step):
+def _sample_sums_loop(v, r, rows, cols, step):
     s_r = 0.0
     s_a = 0.0
     for i in range(0, rows, step):
         for j in range(cols):
-            vv, r = _sample_elem(v, src, i, j)
-            s_r += r
-            s_a += abs(vv) + r
+            vv, rr = np.float64(_at(v, i, j)), np.float64(_at(r, i, j))
+            s_r += rr
+            s_a += abs(vv) + rr
     return s_r, s_a
 
 
-def _sample_sums(v, src, shape):
-    """(Σr, Σ(|v| + r)) over an even sample of at most 8 rows of the (rows, cols) block --
-    they feed a heuristic (is a box wide enough to centre a GEMM on its value); the same sums,
-    bit for bit, from bounds, a ball or pending centred bounds of the same elements
-    (``_sample_elem``'s sources). (32 rows had cost ~0.15 ms a call on a 256x1024 block:
-    the loop is scalar, a running sum.)"""
+def _sample_sums(v, r, shape):
+    """(Σr, Σ(|v| + r)) of a ball over an even sample of at most 8 rows of the (rows, cols)
+    block: they feed a heuristic (is an operand narrow enough for a centre of its own)."""
     rows, cols = shape
-    return _sample_sums_loop(v, tuple(src), rows, cols, max(1, -(-rows // 8)))
+    return _sample_sums_loop(v, r, rows, cols, max(1, -(-rows // 8)))
 
 
 def _left_outs(with_abs, bf16):
@@ -633,96 +499,12 @@ def _max_of(o):
     return float(o.max())
 
 
-def mm_left(v, lo, hi, c2, stats=False, with_abs=False, bf16=False):
-    """L (see above). With ``stats`` also (Σr, Σ(|v|+r), M): the sums over an even sample of
-    at most 8 rows (``_sample_sums``: they feed a heuristic), and ``M >= max(|v| + r)`` (for
-    the overflow screen: ``max(L)/c2``, as L >= c2·(|v| + r)); all NaN if any bound is NaN. ``with_abs``
-    (float32 v): also |v| from the same pass, appended (the other GEMM factor of
-    interval @ interval). ``bf16``: L as the bits (uint16) of bfloat16 values >= it, rounded
-    as ``kernels/bf16.py: round_up`` does, for a bfloat16 radius GEMM (no float32 L written
-    and read again); the stats are then the rounded values'."""
-    args, outs, shape, res = _flat((v, lo, hi), _left_outs(with_abs, bf16))
-    o = outs[0]
-    _mm_left_loop(*args, float(c2), o, outs[1] if with_abs else None, _row_scratch(o))
-    L = _result(res[0], shape)
-    extra = (_result(res[1], shape),) if with_abs else ()
-    if not stats:
-        return (L,) + extra if with_abs else L
-    top = _max_of(o)                                  # NaN where any L is (a NaN bound)
-    if top != top:
-        return (L, (math.nan, math.nan, math.nan)) + extra
-    s_r, s_a = _sample_sums(args[0], args[1:], o.shape)
-    if c2 > 0:
-        m = top / c2 * (1.0 + 4 * _E)
-    else:
-        vv = np.asarray(v, np.float64)
-        m = float(np.max(np.abs(vv) + np.maximum(vv - lo, hi - vv))) if o.size else 0.0
-    return (L, (s_r, s_a, m)) + extra
-
-
-@numba.njit(inline="always", error_model="numpy")
-def _right_elem(vv, l, h):
-    """(B̂, r_B, nan) of one element as float32 upper bounds: see ``mm_right``."""
-    r1, r2 = vv - l, h - vv
-    r0 = r1 if r1 > r2 else r2
-    bh, rb = _right_of_radius(vv, r0)
-    return bh, rb, (r1 != r1) | (r2 != r2)
-
-
 @numba.njit(inline="always", error_model="numpy")
 def _right_of_radius(vv, r0):
     """(B̂, r_B) of one element from its value and a radius r0 (see ``_right_elem``)."""
     r, a = _radius_abs_up(vv, r0)
     zero = (vv == 0.0) & (r0 == 0.0)          # exact zeros stay 0 (see mm_left)
     return np.float32(0.0) if zero else _f32_up(a), np.float32(0.0) if zero else _f32_up(r)
-
-
-@numba.njit(cache=True, error_model="numpy")
-def _mm_right_loop(v, lo, hi, bh, rb):
-    n_nan = 0
-    for i in range(bh.shape[0]):
-        for j in range(bh.shape[1]):
-            bh[i, j], rb[i, j], nan = _right_elem(np.float64(_at(v, i, j)), _at(lo, i, j),
-                                                  _at(hi, i, j))
-            n_nan += nan
-    return n_nan
-
-
-@numba.njit(cache=True, error_model="numpy")
-def _mm_right_centred_loop(v, c, R, f, a, cb, top, floor, bh, rb):
-    for i in range(bh.shape[0]):
-        for j in range(bh.shape[1]):
-            lo, hi, _ = _centred(np.float64(_at(c, i, j)), np.float64(_at(R, i, j)),
-                                 _at(f, i, j), _at(a, i, j), cb, top, floor)
-            bh[i, j], rb[i, j], _ = _right_elem(np.float64(_at(v, i, j)), lo, hi)
-
-
-def mm_right_centred(v, c, R, f, a, top, b, floor):
-    """``mm_right(v, lo, hi)`` of the bounds ``center_bounds(c, R, f, a, top, b, floor)`` in
-    one pass, bit for bit, without writing them (attention's head-split K and V); None where
-    a bound is not finite (the caller takes ``mm_right``). As ``mm_left_centred``, the
-    caller makes sure no element is ``n_bad``."""
-    args, (bh, rb), shape, (rbh, rrb) = _flat((v, c, R, f, a), (np.float32, np.float32))
-    cb = (float(b) + 8 * _E) * (1.0 + 4 * _E)
-    _mm_right_centred_loop(*args, cb, float(top), float(floor), bh, rb)
-    m = float(bh.max()) if bh.size else 0.0     # B̂ >= |v| + r elementwise; inf, NaN: bad
-    if not m < math.inf:
-        return None
-    s_r, s_a = _sample_sums(args[0], (*args[1:], cb, float(top), float(floor)), bh.shape)
-    return _result(rbh, shape), _result(rrb, shape), (s_r, s_a, m)
-
-
-def mm_right(v, lo, hi):
-    """For an interval right operand of a value-centred matmul, in one pass: ``B̂ >= |v| + r``
-    and ``r_B >= r`` as float32 upper bounds (r = max(v - lo, hi - v)), and the stats
-    (Σr, Σ(|v|+r), max(|v|+r)) as mm_left's (NaN if a bound is NaN)."""
-    args, (bh, rb), shape, (rbh, rrb) = _flat((v, lo, hi), (np.float32, np.float32))
-    n_nan = _mm_right_loop(*args, bh, rb)   # (a max in the loop kept it from vectorizing)
-    m = float(bh.max()) if bh.size else 0.0     # B̂ >= |v| + r elementwise
-    if n_nan:
-        return _result(rbh, shape), _result(rrb, shape), (math.nan, math.nan, math.nan)
-    s_r, s_a = _sample_sums(args[0], args[1:], bh.shape)
-    return _result(rbh, shape), _result(rrb, shape), (s_r, s_a, m)
 
 
 @numba.njit(inline="always", error_model="numpy")
@@ -763,40 +545,6 @@ def center_bounds(c, R, f, a, top, b=0.0, floor=-math.inf):
 
 
 @numba.njit(cache=True, error_model="numpy")
-def _mm_left_centred_loop(v, c, R, f, a, cb, top, floor, c2, out, absv, scratch):
-    for i in range(out.shape[0]):
-        row = _row_target(out, scratch, i)
-        for j in range(out.shape[1]):     # branch-free, no count: the loop vectorizes
-            lo, hi, _ = _centred(np.float64(_at(c, i, j)), np.float64(_at(R, i, j)),
-                                 _at(f, i, j), _at(a, i, j), cb, top, floor)
-            vv = np.float64(_at(v, i, j))
-            row[j] = _left_elem(vv, lo, hi, c2)
-            _put_abs(absv, i, j, vv)
-        _row_store(out, scratch, i)
-
-
-def mm_left_centred(v, c, R, f, a, top, b, floor, c2, with_abs=False, bf16=False):
-    """``mm_left(v, lo, hi, c2, stats=True, with_abs, bf16)`` of the bounds
-    ``center_bounds(c, R, f, a, top, b, floor)`` in one pass, bit for bit, without writing
-    them: a GEMM's value-centred result through a ReLU into the next GEMM (``v`` the ReLU's
-    value). None where a bound or L is NaN or infinite (the caller takes the two passes). The
-    caller makes sure no element is ``n_bad`` for ``center_bounds``: a bad centre that the
-    floor clamps would not show here."""
-    args, outs, shape, res = _flat((v, c, R, f, a), _left_outs(with_abs, bf16))
-    o = outs[0]
-    cb = (float(b) + 8 * _E) * (1.0 + 4 * _E)
-    _mm_left_centred_loop(*args, cb, float(top), float(floor), float(c2), o,
-                          outs[1] if with_abs else None, _row_scratch(o))
-    # a bad centre or radius gives a NaN or infinite bound, so a NaN or infinite L
-    m = _max_of(o) / c2 * (1.0 + 4 * _E) if o.size and c2 > 0 else math.nan
-    if not m < math.inf:
-        return None
-    s_r, s_a = _sample_sums(args[0], (*args[1:], cb, float(top), float(floor)), o.shape)
-    return (_result(res[0], shape), (s_r, s_a, m)) + \
-        ((_result(res[1], shape),) if with_abs else ())
-
-
-@numba.njit(cache=True, error_model="numpy")
 def _mm_left_ball_loop(v, r, c2, out, absv, scratch):
     for i in range(out.shape[0]):
         row = _row_target(out, scratch, i)
@@ -827,7 +575,7 @@ def mm_left_ball(v, r, c2, with_abs=False, bf16=False):
     m = _max_of(o) / c2 * (1.0 + 4 * _E) if o.size and c2 > 0 else math.nan
     if not m < math.inf:
         return None
-    s_r, s_a = _sample_sums(args[0], args[1:], o.shape)
+    s_r, s_a = _sample_sums(args[0], args[1], o.shape)
     return (_result(res[0], shape), (s_r, s_a, m)) + \
         ((_result(res[1], shape),) if with_abs else ())
 
@@ -840,139 +588,8 @@ def mm_right_ball(v, r):
     m = float(bh.max()) if bh.size else 0.0
     if not m < math.inf:
         return None
-    s_r, s_a = _sample_sums(args[0], args[1:], bh.shape)
+    s_r, s_a = _sample_sums(args[0], args[1], bh.shape)
     return _result(rbh, shape), _result(rrb, shape), (s_r, s_a, m)
-
-
-def _parts_sum(parts, i, j):
-    """(Σ x_k, Σ|x_k|) in float64 of the split-K parts at (i, j), summed left to right:
-    ``parts`` a tuple of 2 or 4 (rows, cols) float32 blocks (or scalars), or both parts of a
-    C-contiguous (rows, 2, cols) array (``split_center_bounds_stacked``)."""
-
-
-@overload(_parts_sum, inline="always")
-def _parts_sum_impl(parts, i, j):
-    if isinstance(parts, types.Array):
-        def stacked(parts, i, j):
-            x1, x2 = np.float64(parts[i, 0, j]), np.float64(parts[i, 1, j])
-            return x1 + x2, abs(x1) + abs(x2)
-        return stacked
-    if len(parts) == 2:
-        def two(parts, i, j):
-            x1, x2 = np.float64(_at(parts[0], i, j)), np.float64(_at(parts[1], i, j))
-            return x1 + x2, abs(x1) + abs(x2)
-        return two
-    if len(parts) == 4:
-        def four(parts, i, j):
-            x1, x2 = np.float64(_at(parts[0], i, j)), np.float64(_at(parts[1], i, j))
-            x3, x4 = np.float64(_at(parts[2], i, j)), np.float64(_at(parts[3], i, j))
-            return ((x1 + x2) + x3) + x4, ((abs(x1) + abs(x2)) + abs(x3)) + abs(x4)
-        return four
-    raise numba.errors.TypingError("split-K parts: 2 or 4 blocks")
-
-
-@numba.njit(inline="always")
-def _split_elem(parts, c3, R, f, a, cb, sb, i, j):
-    """One element of ``split_center_bounds``: (centre, radius, the radius's T part R·f + a's
-    own R) -- the same code in the vectorized pass and the rescan of a row with wide elements."""
-    x, s = _parts_sum(parts, i, j)
-    x3 = np.float64(_at(c3, i, j))
-    cc = x + x3
-    rr = np.float64(_at(R, i, j))
-    base = rr * _at(f, i, j) + _at(a, i, j)
-    rad = (base + (s + abs(x3)) * sb) * (1.0 + 4 * _E) + _TINY
-    d = rad * (1.0 + 8 * _E) + min(abs(cc), _MAX) * cb + _TINY
-    return cc, d, rr
-
-
-@numba.njit(inline="always", error_model="numpy")
-def _row_wide(parts, c3, R, f, a, cb, sb, f_cap, i, cols, row_wide, n_wide, wide):
-    """The split-K loops' count of wide elements after row i (``row_wide`` of them): their
-    flat indices appended to ``wide`` while it has room (rare: where, for the caller's exact
-    centres), else only counted."""
-    if row_wide and n_wide + row_wide <= wide.shape[0]:
-        for j in range(cols):
-            cc, d, rr = _split_elem(parts, c3, R, f, a, cb, sb, i, j)
-            if d > rr * f_cap + _at(a, i, j):
-                wide[n_wide] = i * cols + j
-                n_wide += 1
-        return n_wide
-    return n_wide + row_wide
-
-
-@numba.njit(cache=True, error_model="numpy")
-def _split_center_loop(parts, c3, R, f, a, cb, sb, f_cap, top, lo, hi, wide):
-    n_bad = 0
-    n_wide = 0
-    cols = lo.shape[1]
-    for i in range(lo.shape[0]):
-        row_wide = 0
-        for j in range(cols):
-            cc, d, rr = _split_elem(parts, c3, R, f, a, cb, sb, i, j)
-            row_wide += d > rr * f_cap + _at(a, i, j)
-            y = cc - d
-            lo[i, j] = -math.inf if y < -top else y
-            z = cc + d
-            hi[i, j] = math.inf if z > top else z
-            n_bad += (abs(cc) == math.inf) | (cc != cc) | (d == math.inf) | (y != y) | (z != z)
-        n_wide = _row_wide(parts, c3, R, f, a, cb, sb, f_cap, i, cols, row_wide, n_wide,
-                           wide)
-    return n_bad, n_wide
-
-
-@numba.njit(cache=True, error_model="numpy")
-def _split_ball_loop(parts, c3, R, f, a, cb, sb, f_cap, v, r32, wide):
-    n_bad = 0
-    n_wide = 0
-    cols = r32.shape[1]
-    for i in range(r32.shape[0]):
-        row_wide = 0
-        for j in range(cols):
-            cc, d, rr = _split_elem(parts, c3, R, f, a, cb, sb, i, j)
-            row_wide += d > rr * f_cap + _at(a, i, j)
-            vv = np.float64(_at(v, i, j))
-            r = (abs(vv - cc) + d) * (1.0 + 4 * _E)   # >= max(v - lo, hi - v): two roundings
-            r32[i, j] = _f32_up(r)
-            n_bad += (abs(cc) == math.inf) | (cc != cc) | (abs(vv) == math.inf) | (vv != vv) \
-                | ~(r <= 3.0e38)
-        n_wide = _row_wide(parts, c3, R, f, a, cb, sb, f_cap, i, cols, row_wide, n_wide,
-                           wide)
-    return n_bad, n_wide
-
-
-def split_ball(parts, c3, R, f, a, b, sb, f_cap, v, max_wide=0):
-    """(r, n_bad, wide) for ``split_center_bounds``' bounds around the value ``v`` instead:
-    a float32 ``r >= max(v - lo, hi - v)`` (before ``top``), so that ``center_bounds(v, r,
-    1, 0, top)`` contains them (4 bytes per element written instead of 16: a point linear
-    layer whose result attention's head split moves). ``n_bad`` also counts non-finite
-    values and radii past float32's range; ``wide`` as ``split_center_bounds``'."""
-    n = len(parts)
-    flat, (r32,), shape, (rr,) = _flat((*parts, c3, R, f, a, v), (np.float32,))
-    cb = (float(b) + 8 * _E) * (1.0 + 4 * _E)
-    wide = np.empty(max_wide, np.int64)
-    n_bad, n_wide = _split_ball_loop(tuple(flat[:n]), *flat[n:n + 4], cb,
-                                     float(sb) * (1.0 + 4 * _E), float(f_cap), flat[n + 4],
-                                     r32, wide)
-    ok = n_wide <= max_wide and rr.flags.c_contiguous
-    return _result(rr, shape), n_bad, wide[:n_wide] if ok else None
-
-
-def split_center_bounds(parts, c3, R, f, a, top, b, sb, f_cap, max_wide=0):
-    """(lo, hi, n_bad, wide) for a centre given in parts c = Σ parts + c3 (the 2 or 4
-    float32 blocks of a split-K GEMM and a bias, added here in float64, left to right):
-    ``c ∓ (R·f + a + sb·(Σ|parts| + |c3|) + |c|·(b + 8ε))`` (outward as ``center_bounds``).
-    ``wide``: the flat (C-order) indices of the elements whose radius passes ``R·f_cap + a``
-    (where the caller prefers another centre), or None where there are more than
-    ``max_wide`` of them or the result is not C-ordered; ``n_bad`` as ``center_bounds``'."""
-    n = len(parts)
-    flat, (lo, hi), shape, (rlo, rhi) = _flat((*parts, c3, R, f, a), (np.float64, np.float64))
-    cb = (float(b) + 8 * _E) * (1.0 + 4 * _E)
-    wide = np.empty(max_wide, np.int64)
-    n_bad, n_wide = _split_center_loop(tuple(flat[:n]), *flat[n:], cb,
-                                       float(sb) * (1.0 + 4 * _E), float(f_cap), float(top),
-                                       lo, hi, wide)
-    ok = n_wide <= max_wide and rlo.flags.c_contiguous and rhi.flags.c_contiguous
-    return _result(rlo, shape), _result(rhi, shape), n_bad, wide[:n_wide] if ok else None
 
 
 @numba.njit(cache=True)
@@ -991,50 +608,6 @@ def any_differ(a, b):
             and b.flags.c_contiguous):
         return bool(_any_differ_loop(a.reshape(-1), b.reshape(-1)))
     return bool(np.any(a != b))
-
-
-def split_center_bounds_stacked(parts, R, f, a, top, b, sb):
-    """``split_center_bounds`` (no third part, no wide elements) of c1 + c2 given as
-    ``parts[:, 0]`` and ``parts[:, 1]`` of one C-contiguous (rows, 2, cols) array -- the
-    output channels of one grouped convolution whose two groups are a convolution's two
-    input-channel blocks -- with R a C-contiguous (rows, cols) array and f, a scalars:
-    (lo, hi, n_bad) as (rows, cols) arrays. (Strided views of the parts made the loop scalar,
-    4x slower, and copying them cost what the grouped convolution saves.)"""
-    rows, _, cols = parts.shape
-    lo, hi = np.empty((rows, cols)), np.empty((rows, cols))
-    cb = (float(b) + 8 * _E) * (1.0 + 4 * _E)
-    n_bad, _ = _split_center_loop(parts, 0.0, R, float(f), float(a), cb,
-                                  float(sb) * (1.0 + 4 * _E), math.inf, float(top), lo, hi,
-                                  np.empty(0, np.int64))
-    return lo, hi, n_bad
-
-
-@numba.njit(cache=True, error_model="numpy", fastmath={"reassoc", "contract"})
-def _dot_pairs_loop(X, WT, rows, cols, C, T):
-    for e in range(rows.shape[0]):
-        x, w = X[rows[e]], WT[cols[e]]
-        s = 0.0
-        t = 0.0
-        for k in range(x.shape[0]):
-            p = np.float64(x[k]) * np.float64(w[k])
-            s += p
-            t += abs(p)
-        C[e] = s
-        T[e] = t
-
-
-def dot_pairs(X, WT, rows, cols):
-    """(C, T): float64 ``Σ_k X[r, k]·WT[c, k]`` and ``Σ_k |X[r, k]·WT[c, k]|`` for each pair
-    (r, c) of ``rows``/``cols`` (X, WT: 2-D float32 with rows of K). Products of float32s are
-    exact in float64; the sums run in any order (``reassoc``: the loop vectorizes; with
-    ``contract`` an FMA rounds once instead of twice; no other fast-math flag), so
-    |C - exact| <= γ_{K-1}(u64)·T_exact and T >= T_exact·(1 - γ_{K-1}), whatever the order.
-    The exact centres of a split-K matmul's wide elements."""
-    C = np.empty(rows.shape[0])
-    T = np.empty(rows.shape[0])
-    WT = WT if WT.flags.c_contiguous else transposed(np.ascontiguousarray(WT.T))
-    _dot_pairs_loop(np.ascontiguousarray(X), WT, rows, cols, C, T)
-    return C, T
 
 
 @numba.njit(cache=True)
@@ -1144,20 +717,6 @@ def _softmax_shift(lo, hi, r_s, a_s, k, dl, dh):
     """``_shift_row`` of every row."""
     for i in range(lo.shape[0]):
         _shift_row(lo[i], hi[i], r_s, a_s, k, dl[i], dh[i])
-
-
-@numba.njit(cache=True, error_model="numpy")
-def _softmax_shift_centred(c, R, f, a, cb, top, floor, r_s, a_s, k, dl, dh):
-    """``_shift_row`` of every row of the bounds ``center_bounds(c, R, f, a, top, b, floor)``,
-    each row's bounds made in dl/dh first (a row stays in L1; the bounds are never written
-    to memory as a whole)."""
-    rows, n = dl.shape
-    for i in range(rows):
-        dl_i, dh_i = dl[i], dh[i]
-        for j in range(n):
-            dl_i[j], dh_i[j], _ = _centred(np.float64(_at(c, i, j)), np.float64(_at(R, i, j)),
-                                           _at(f, i, j), _at(a, i, j), cb, top, floor)
-        _shift_row(dl_i, dh_i, r_s, a_s, k, dl_i, dh_i)
 
 
 @numba.njit(cache=True, error_model="numpy")
@@ -1284,19 +843,14 @@ def softmax_bounds(lo, hi, r_s, a_s, k, r_e, a_e, r_d, a_d, dlow, dhigh, g64, li
     return ylo.reshape(shape), yhi.reshape(shape)
 
 
-def _softmax_blocks(shift, shape2, consts, ylo, yhi, v=None, r32=None):
+def _softmax_blocks(shift, shape2, consts, ylo, yhi):
     """The softmax passes over blocks of ``_SOFTMAX_BLOCK`` rows of a (rows, n) block:
     ``shift(s, e, dl, dh)`` writes rows s..e of the shifted box, NumPy's exp, the bounds
-    rows into ylo/yhi -- or, with the value ``v``, into block scratch and from there into
-    a float32 ball ``r32 >= max(v - lo, hi - v)`` (``_ball_rows``); returns the ball's
-    ``n_bad`` (0 without one)."""
+    rows into ylo/yhi (a block's arrays stay in cache between the passes)."""
     rows, n = shape2
     bl = max(1, min(rows, _SOFTMAX_BLOCK))
     dl, dh, el, eh = (np.empty((bl, n)) for _ in range(4))
-    if v is not None:
-        blo, bhi = np.empty((bl, n)), np.empty((bl, n))
     c = tuple(float(z) for z in consts)
-    n_bad = 0
     with np.errstate(all="ignore"):
         for s in range(0, rows, bl):
             e = min(s + bl, rows)
@@ -1305,63 +859,7 @@ def _softmax_blocks(shift, shape2, consts, ylo, yhi, v=None, r32=None):
             shift(s, e, dl_b, dh_b)
             np.exp(dl_b, out=el_b)
             np.exp(dh_b, out=eh_b)
-            if v is None:
-                _softmax_rows(dl_b, dh_b, el_b, eh_b, *c, ylo[s:e], yhi[s:e])
-            else:
-                _softmax_rows(dl_b, dh_b, el_b, eh_b, *c, blo[:m], bhi[:m])
-                n_bad += _ball_rows(v[s:e], blo[:m], bhi[:m], r32[s:e])
-    return n_bad
-
-
-@numba.njit(cache=True, error_model="numpy")
-def _ball_rows(v, lo, hi, r32):
-    n_bad = 0
-    for i in range(r32.shape[0]):
-        for j in range(r32.shape[1]):
-            vv = np.float64(v[i, j])
-            r = max(vv - lo[i, j], hi[i, j] - vv) * (1.0 + 4 * _E)  # two roundings
-            r32[i, j] = _f32_up(r)
-            n_bad += (r != r) | ~(r <= 3.0e38) | (abs(vv) == math.inf) | (vv != vv)
-    return n_bad
-
-
-def rows_of(c, R, f, a):
-    """Whether ``center_bounds(c, R, f, a, ...)`` can be read row by row along the last axis
-    by ``softmax_bounds_centred``: c and R C-contiguous arrays of one shape, f and a scalars
-    or rows of the last axis's length."""
-    shape = np.shape(c)
-    return (isinstance(c, np.ndarray) and isinstance(R, np.ndarray) and len(shape) > 0
-            and R.shape == shape and c.flags.c_contiguous and R.flags.c_contiguous
-            and all(np.ndim(z) == 0 or (isinstance(z, np.ndarray) and z.shape == shape[-1:]
-                                        and z.flags.c_contiguous) for z in (f, a)))
-
-
-def softmax_bounds_centred(c, R, f, a, top, b, floor, r_s, a_s, k, r_e, a_e, r_d, a_d, dlow,
-                           dhigh, g64, libm, value=None):
-    """``softmax_bounds`` of the bounds ``center_bounds(c, R, f, a, top, b, floor)`` (laid out
-    as ``rows_of`` says; the caller makes sure they are all finite) without writing them:
-    pending value-centred attention scores (one pass less over 16 bytes per score). With the
-    output's ``value`` (float32, the scores' shape, C order): (r32, n_bad) instead, a float32
-    ball about it, r32 >= max(value - lo, hi - value) (the bounds themselves never written:
-    P·V's left factor reads the ball), n_bad counting non-finite values and radii past
-    float32's range."""
-    shape = c.shape
-    n = shape[-1]
-    c2, R2 = c.reshape(-1, n), R.reshape(-1, n)
-    f2, a2 = (float(z) if np.ndim(z) == 0 else z for z in (f, a))
-    cb = (float(b) + 8 * _E) * (1.0 + 4 * _E)
-
-    def shift(s, e, dl, dh):
-        _softmax_shift_centred(c2[s:e], R2[s:e], f2, a2, cb, float(top), float(floor),
-                               float(r_s), float(a_s), float(k), dl, dh)
-    consts = (r_e, a_e, r_d, a_d, dlow, dhigh, g64, k, libm)
-    if value is not None:
-        r32 = np.empty(c2.shape, np.float32)
-        n_bad = _softmax_blocks(shift, c2.shape, consts, None, None, value.reshape(-1, n), r32)
-        return r32.reshape(shape), n_bad
-    ylo, yhi = np.empty(c2.shape), np.empty(c2.shape)
-    _softmax_blocks(shift, c2.shape, consts, ylo, yhi)
-    return ylo.reshape(shape), yhi.reshape(shape)
+            _softmax_rows(dl_b, dh_b, el_b, eh_b, *c, ylo[s:e], yhi[s:e])
 
 
 @numba.njit(cache=True, error_model="numpy")
@@ -1526,3 +1024,121 @@ def layer_norm_bounds(v, lo, hi, w, b, eps_lo, eps_hi, g_mu, g_v, g_out, d_op, d
                              (n + 4) * 2.0 ** -53 / (1 - (n + 4) * 2.0 ** -53), float(top),
                              float(lim), wb_max, ylo, yhi)
     return ylo, yhi, n_bad
+
+
+# ---- balls: every execution within ``r`` of the program's value ``v`` -------------------------
+def _put_up(out, i, j, x):
+    """``out[i, j]`` = an upper bound of x >= 0: x itself in float64, a float32 rounded up
+    (``_f32_up``; 0 stays 0, NaN NaN) in a float32 radius; resolved at compile time."""
+
+
+@overload(_put_up, inline="always")
+def _put_up_impl(out, i, j, x):
+    if out.dtype == types.float32:
+        def put32(out, i, j, x):
+            out[i, j] = np.float32(0.0) if x == 0.0 else _f32_up(x)
+        return put32
+
+    def put64(out, i, j, x):
+        out[i, j] = x
+    return put64
+
+
+def _radius_dtype(v):
+    """A ball's radius is float32 (rounded up: half the memory traffic) about a float32 value,
+    float64 about anything else."""
+    return np.float32 if np.asarray(v).dtype == np.float32 else np.float64
+
+
+@numba.njit(cache=True, error_model="numpy")
+def _ball_radius_loop(v, lo, hi, r):
+    n_bad = 0
+    for i in range(r.shape[0]):
+        for j in range(r.shape[1]):
+            vv = np.float64(_at(v, i, j))
+            r1, r2 = vv - _at(lo, i, j), _at(hi, i, j) - vv
+            r0 = r1 if r1 > r2 else r2
+            r0 = math.nan if (r1 != r1) | (r2 != r2) else r0     # a NaN bound: no radius
+            _put_up(r, i, j, r0 * (1.0 + 3 * _E))    # a difference: exact or within ε
+            n_bad += (r0 != r0) | (r0 == math.inf)
+    return n_bad
+
+
+def ball_radius(v, lo, hi):
+    """(r, n_bad): the radius ``r >= max(v - lo, hi - v)`` of a box about the value v (one
+    pass); ``n_bad`` counts elements whose radius is NaN or infinite."""
+    args, (r,), shape, (rr,) = _flat((v, lo, hi), (_radius_dtype(v),))
+    n_bad = _ball_radius_loop(*args, r)
+    return _result(rr, shape), n_bad
+
+
+@numba.njit(cache=True, error_model="numpy")
+def _ball_affine_loop(v, r, g, b, a, out):
+    n_bad = 0
+    for i in range(out.shape[0]):
+        for j in range(out.shape[1]):
+            vv = np.float64(_at(v, i, j))
+            rr = (np.float64(_at(r, i, j)) * _at(g, i, j) + abs(vv) * b + _at(a, i, j)) \
+                * (1.0 + 4 * _E)
+            _put_up(out, i, j, rr)
+            n_bad += (abs(vv) == math.inf) | (vv != vv) | (rr != rr) | (rr == math.inf)
+    return n_bad
+
+
+def ball_affine(v, r, g, b, a):
+    """(r', n_bad): ``r' >= g·r + b·|v| + a`` elementwise (g, a arrays or scalars, b a
+    scalar): a ball's radius about a new value v (a GEMM's ``R·f + a + b·|v|``; a constant
+    added or multiplied); ``n_bad`` counts non-finite values or radii."""
+    args, (o,), shape, (ro,) = _flat((v, r, g, a), (_radius_dtype(v),))
+    vv, rr, gg, aa = args
+    n_bad = _ball_affine_loop(vv, rr, gg, float(b), aa, o)
+    return _result(ro, shape), n_bad
+
+
+@numba.njit(cache=True, error_model="numpy")
+def _ball_floor_loop(v, r, c, out):
+    for i in range(out.shape[0]):
+        for j in range(out.shape[1]):
+            vv = np.float64(_at(v, i, j))
+            rr = np.float64(_at(r, i, j))
+            # how far above c an execution may get (two roundings, absolute error terms)
+            over = (vv + rr - c) + (abs(vv) + rr + abs(c)) * (2 * _E)
+            rf = rr if vv > c else (over if over > 0.0 else 0.0)
+            _put_up(out, i, j, rf if (vv == vv) & (rr == rr) else math.nan)
+
+
+def ball_floor(v, r, c):
+    """The radius of ``max(x, c)`` about ``max(v, c)`` for x within r of v (a ReLU): r where
+    v > c (max is 1-Lipschitz), else how far above c an execution may reach (0: exactly c)."""
+    args, (o,), shape, (ro,) = _flat((v, r), (np.asarray(r).dtype if np.ndim(r) else
+                                              _radius_dtype(v),))
+    _ball_floor_loop(*args, float(c), o)
+    return _result(ro, shape)
+
+
+# ---- a centre from float32 parts of a contraction ----------------------------------------------
+@numba.njit(cache=True, error_model="numpy")
+def _parts_loop(parts, bias, s_coef, C, E):
+    for i in range(C.shape[0]):
+        for j in range(C.shape[1]):
+            c = 0.0
+            s = 0.0
+            for p in parts:
+                x = np.float64(p[i, j])
+                c += x
+                s += abs(x)
+            b = np.float64(_at(bias, i, j))
+            C[i, j] = c + b
+            E[i, j] = (s + abs(b)) * s_coef * (1.0 + 4 * _E)
+
+
+def parts_sum(parts, bias, s_coef):
+    """(C, E): the float64 sum C of float32 arrays of one shape, left to right, plus a bias
+    (a row, a per-row column or a scalar, as ``_flat`` lays it out), and ``E >=
+    s_coef·(Σ|parts| + |bias|)`` (one pass; the caller's bound of C's error)."""
+    shape = parts[0].shape
+    args, (C, E), shape, (rC, rE) = _flat((parts[0], bias), (np.float64, np.float64))
+    cols = C.shape[1]
+    blocks = tuple(np.ascontiguousarray(p, np.float32).reshape(-1, cols) for p in parts)
+    _parts_loop(blocks, args[1], float(s_coef), C, E)
+    return _result(rC, shape), _result(rE, shape)

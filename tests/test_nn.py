@@ -712,66 +712,6 @@ def test_conv_upper_bf16_bounds_the_exact_sum(case, scale, bias):
     assert _kconv.conv_upper_bf16(x.astype(F64), w.astype(F64), None, *args) is None
 
 
-@pytest.mark.parametrize("blocks", [2, 3])
-@pytest.mark.parametrize("case", list(SPLIT_CASES))
-def test_conv_blocks_f32_sum_to_the_convolution_within_each_blocks_bound(case, blocks):
-    """The split centre's parts (float32 convolutions over input-channel blocks): each is the
-    convolution of its block within γ_{K_j}(2^-24)·Σ_j|x·w| (+ underflow) of its exact sum,
-    and the blocks' exact sums add up to the whole convolution's -- including uneven blocks,
-    groups, strides, asymmetric padding, 1-d and 3-d; None with fewer input channels per
-    group than blocks."""
-    _engine_or_skip()
-    xs, ws, kw = SPLIT_CASES[case]
-    x, w = rnd(xs, 85).astype(F32), rnd(ws, 86).astype(F32)
-    args = _conv_args(xs, ws, kw)
-    parts, kj = _kconv.conv_blocks_f32(x, w, *args, blocks)
-    cg, taps, g = ws[1], math.prod(ws[2:]), kw.get("groups", 1)
-    assert len(parts) == blocks and kj == (cg - cg * (blocks - 1) // blocks) * taps
-    x64, w64 = x.astype(F64), w.astype(F64)
-    total = np.zeros(parts[0].shape)
-    exact_tol = []
-    for j, p in enumerate(parts):
-        lo, hi = cg * j // blocks, cg * (j + 1) // blocks
-        sel = np.concatenate([np.arange(k * cg + lo, k * cg + hi) for k in range(g)])
-        xj, wj = x64[:, sel], w64[:, lo:hi]
-        ex = nn.conv(xj, wj, None, **kw)
-        S = nn.conv(np.abs(xj), np.abs(wj), None, **kw)
-        n = (hi - lo) * taps
-        g32 = n * 2.0 ** -24 / (1 - n * 2.0 ** -24)
-        tol = g32 * S + 4 * n * 2.0 ** -150 + 2 * (n + 2) * 2.0 ** -53 * S
-        assert p.dtype == F32 and p.shape == ex.shape
-        assert np.all(np.abs(p.astype(F64) - ex) <= tol)
-        exact_tol.append((ex, tol))
-        total += ex
-    whole = nn.conv(x64, w64, None, **kw)
-    Sw = nn.conv(np.abs(x64), np.abs(w64), None, **kw)
-    assert np.all(np.abs(total - whole) <= 4 * (cg * taps + 2) * 2.0 ** -53 * Sw)
-    xs3, ws3, kw3 = CONV_CASES["2d-basic"]                 # 3 input channels
-    assert _kconv.conv_blocks_f32(rnd(xs3, 1).astype(F32), rnd(ws3, 2).astype(F32),
-                                  *_conv_args(xs3, ws3, kw3), 4) is None
-    # stacked (one grouped convolution, where it applies: one group, equal blocks): the same
-    # blocks, each within its own bound (oneDNN may sum a group in another order); the list
-    # form elsewhere
-    st, kjs = _kconv.conv_blocks_f32(x, w, *args, blocks, stacked=True)
-    if g == 1 and cg % blocks == 0:
-        assert kjs == kj and st.shape == (x.shape[0], blocks, parts[0][0].size)
-        for j, (ex, tol) in enumerate(exact_tol):
-            assert np.all(np.abs(st[:, j].reshape(ex.shape).astype(F64) - ex) <= tol)
-        # and its bounds kernel: split_center_bounds' bit for bit on the same parts
-        from fpx.kernels import interval as KI
-        if blocks == 2:
-            c1, c2 = (st[:, j].reshape(parts[0].shape) for j in range(2))
-            R = np.abs(c1) + np.float32(0.5)
-            want = KI.split_center_bounds((c1, c2), 0.0, R, 1.01, 1e-30, np.inf, 1e-7, 2e-7,
-                                          np.inf)
-            got = KI.split_center_bounds_stacked(st, R.reshape(R.shape[0], -1), 1.01, 1e-30,
-                                                 np.inf, 1e-7, 2e-7)
-            assert np.array_equal(got[0].reshape(R.shape), want[0])
-            assert np.array_equal(got[1].reshape(R.shape), want[1]) and got[2] == want[2] == 0
-    else:
-        assert isinstance(st, list) and all(np.array_equal(a, b) for a, b in zip(st, parts))
-
-
 def test_conv_engine_steps_aside_for_tf32_and_other_dtypes():
     """A torch float32-precision setting of "tf32"/"bf16" would round oneDNN's operands: the
     engine then declines (the decomposition runs), as for float64/float16 operands."""

@@ -630,7 +630,7 @@ def _softmax_executions(xp, dt):
 
 @pytest.mark.parametrize("dt", ["float32", "float16", "bfloat16"])
 def test_softmax_monotone_rule_is_sound_and_tighter(dt):
-    from fpx.interval import IntervalInterpreter
+    from fpx.transforms.interval import IntervalInterpreter
     import fpx.nn as fnn
     dt = fit.np_dtype(getattr(torch, dt))
     rng = np.random.default_rng(0)
@@ -1035,70 +1035,6 @@ def test_strided_reshape_copies_on_torch_as_numpy_does():
     assert np.array_equal(got, np.reshape(a, (128, 64, 64))) and got.flags.c_contiguous
     with blas.torch_gemms(), pytest.raises(ValueError):              # NumPy's error
         blas.reshape(a, (7, -1))
-
-
-@pytest.mark.parametrize("bias", [True, False])
-def test_point_linear_value_is_the_split_k_execution_of_its_centre(bias):
-    """A torch program's float32 point linear layer takes its value from the split-K centre's
-    four GEMMs over the quarters of K, fl(fl(fl(C1 + C2) + C3) + C4) (+ b) (fpx's own
-    execution: a float32 GEMM in one more summation order), not one more GEMM: the value is
-    that sum bit for bit, inside the bound with the module's own output, float32 runs in
-    other orders and the float64 output."""
-    g = torch.Generator().manual_seed(8)
-    m = nn.Linear(256, 96, bias=bias).eval()
-    with torch.no_grad():
-        m.weight.copy_(torch.randn(96, 256, generator=g))
-        if bias:
-            m.bias.copy_(torch.randn(96, generator=g))
-    x = torch.randn(4, 32, 256, generator=g)
-    iv = fpx.interval(m)(x)
-    xs, wt = x.numpy().reshape(-1, 256), m.weight.detach().numpy().T
-    hs = [torch.matmul(torch.from_numpy(xs[:, k:k + 64]), torch.from_numpy(wt[k:k + 64])).numpy()
-          for k in range(0, 256, 64)]
-    v = ((hs[0] + hs[1]) + hs[2]) + hs[3]
-    if bias:
-        v = v + m.bias.detach().numpy()
-    assert np.array_equal(np.asarray(iv.value), v.reshape(4, 32, 96))
-    with torch.no_grad():
-        ref = m(x)
-        assert iv.contains(ref).all() and iv.contains(m.double()(x.double())).all()
-        m.float()
-    b = m.bias.detach().numpy() if bias else np.float32(0)
-    for order in (slice(None), slice(None, None, -1)):        # sequential sums, both ways
-        terms = (x.numpy()[..., None, :] * m.weight.detach().numpy())[..., order]
-        y = np.cumsum(terms, axis=-1, dtype=np.float32)[..., -1] + b
-        assert iv.contains(y.astype(np.float32)).all()
-
-
-@pytest.mark.parametrize("bias", [False, True])
-def test_point_conv_value_is_the_sum_of_its_input_channel_blocks(bias):
-    """A torch program's float32 point convolution takes its value from the split centre's
-    two input-channel blocks, fl(fl(P1 + P2) + b) (one more summation order of the same
-    products; no third convolution): inside the bound with the module's own output, its
-    float64 output and a sequential float32 sum of the taps."""
-    g = torch.Generator().manual_seed(9)
-    m = nn.Conv2d(16, 8, 3, padding=1, bias=bias).eval()
-    with torch.no_grad():
-        m.weight.copy_(torch.randn(8, 16, 3, 3, generator=g))
-        if bias:
-            m.bias.copy_(torch.randn(8, generator=g))
-    x = torch.randn(2, 16, 9, 9, generator=g)
-    iv = fpx.interval(m)(x)
-    w = m.weight.detach()
-    with torch.no_grad():
-        p1 = F.conv2d(x[:, :8], w[:, :8], padding=1)
-        p2 = F.conv2d(x[:, 8:], w[:, 8:], padding=1)
-        v = (p1 + p2 + (m.bias.view(1, -1, 1, 1) if bias else 0)).numpy()
-        ref, ref64 = m(x), m.double()(x.double())
-        m.float()
-    got = np.asarray(iv.value)
-    assert np.array_equal(got, v)                                      # the blocks' sum
-    assert iv.contains(ref).all() and iv.contains(ref64).all() and iv.contains(got).all()
-    cols = F.unfold(x, 3, padding=1).numpy()                 # (N, 16·9, 81) taps
-    terms = cols.transpose(0, 2, 1)[..., None, :] * w.reshape(8, -1).numpy()
-    y = np.cumsum(terms, axis=-1, dtype=np.float32)[..., -1].transpose(0, 2, 1)
-    y = y.reshape(2, 8, 9, 9) + (m.bias.detach().numpy()[:, None, None] if bias else 0)
-    assert iv.contains(y.astype(np.float32)).all()
 
 
 def test_softmax_value_in_a_torch_program_is_torchs_kernel():

@@ -1,4 +1,4 @@
-"""RENDER-style per-element interval matmul bound (for comparison; ``matmul="render"``).
+"""RENDER-style per-element interval matmul bound: the baseline of `benchmarks/interval.py`.
 
 Our reconstruction of the elementwise bound of RENDER's Algorithm 1 (Zhan et al., "When AllClose
 Fails", 2025) -- the authors' code is not available to us: for every output element a scalar

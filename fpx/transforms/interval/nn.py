@@ -1,0 +1,412 @@
+"""Interval rules of the neural-network composites that interval arithmetic on their
+decompositions would bound too loosely: softmax, log_softmax, attention, layer norm, RMS norm
+and batch norm (inference). Each couples what the decomposition treats as independent and
+falls back to the decomposition where its conditions do not hold."""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from fpx import nn as _nn
+from fpx.core import EvalInterpreter, concrete, is_cupy, using
+from fpx.kernels import interval as _K
+from fpx.transforms.interval.enclosure import (E64, LIBM64_ULPS, TINY64, as_f64, gamma,
+                                               or_unstable, overflow, rounding_terms, up, xp_of)
+from fpx.transforms.interval.interpreter import rule
+from fpx.transforms.interval.reductions import acc_delta, count
+
+
+def rel_abs(acc, F):
+    """(relative, absolute) error of one evaluation with a constant accuracy in format F."""
+    return acc.ulps * 2.0 ** (1 - F.p), acc.ulps * F.smallest_subnormal + acc.absolute
+
+
+@rule("log_softmax")
+def _log_softmax(self, prim, x, *, axis=-1):
+    """log_softmax as its decomposition, the upper bound cut at that of a single element 0
+    (``c``, ~0): every execution's result is at most that -- x - max(x) rounds to s <= 0 (0
+    for the largest), so the sum of the exps is >= the computed exp(0), every log of such a
+    sum is >= the least log of [exp(0)]'s bound (log is increasing, its error bound grows
+    with |log|, and log 1 = 0 is inside), and s - log(sum) <= 0 - log(exp(0)) rounds to at
+    most c -- the same argument for the fused x - (max + log Σ). The interval ops do not see
+    it: the largest element's bound reached above 0, or +inf where a wide box's exps
+    overflowed."""
+    y = prim.decomposition(x, axis=axis)
+    if not self._own(y):
+        return y
+    dt = np.asarray(self.primal_of(x)).dtype
+    zero = self.new(np.zeros(1, dt), np.zeros(1), np.zeros(1))
+    c = float(np.max(prim.decomposition(zero, axis=0).hi))
+    return self.new(y.primal, y.lo, np.minimum(y.hi, max(c, 0.0)), y.unstable)
+
+
+@rule("softmax")
+def _softmax(self, prim, x, *, axis=-1):
+    """Monotone bound of softmax (a composite): y_i increases with x_i and decreases with every
+    other x_j, so over a box y_i lies in [e(lo_i) / (e(lo_i) + sum_{j!=i} e(hi_j)),
+    e(hi_i) / (e(hi_i) + sum_{j!=i} e(lo_j))] -- exact where interval arithmetic on the
+    decomposition loses the correlation of x - max(x) and e / sum(e). The program's own
+    evaluation (subtract the max, exp, sum in any order, divide -- or multiply by the
+    reciprocal) is covered by widening the box by the subtraction's rounding and multiplying
+    by the exp/sum/division error factors from the policy. Applies where the policy's
+    accuracies for sub/exp/div are constants and the input bounds are finite; elsewhere the
+    decomposition runs ("where the policy allows"), and for point inputs and float64 programs
+    (where the decomposition is as tight)."""
+    vx = concrete(self.primal_of(x))
+    dt = np.asarray(vx).dtype
+    lo, hi, u, pt = self.bounds(x)
+    F = self.fmt(dt)
+    accs = None
+    # point inputs gain nothing over the decomposition, and float64 programs need more
+    # precision than the float64 evaluation of this bound has: decomposition there
+    if F is not None and F.p < 53 and (
+            not pt and not is_cupy(lo) and np.ndim(lo) > 0 and _K.any_differ(lo, hi)):
+        accs = [self.accuracy(n, F) for n in ("sub", "exp", "div")]
+        Facc = self.resolve("reduce_sum", dt).accumulate
+        if any(a.input_dependent for a in accs) or \
+                self.accuracy("reduce_sum", Facc).input_dependent:
+            accs = None
+    if accs is None or not (all_finite(lo) and all_finite(hi)):
+        return prim.decomposition(x, axis=axis)
+    v = self.value_of(prim, (x,), {"axis": axis})
+    ax = axis % np.ndim(vx)
+    n = np.shape(vx)[ax]
+    (r_s, a_s), (r_e, a_e), (r_d, a_d) = (rel_abs(a, F) for a in accs)
+    gam = self.gamma(max(n - 1, 0), acc_delta(self, "reduce_sum", Facc))
+    beta = n * Facc.smallest_subnormal
+    # torch multiplies by the reciprocal of the sum: two roundings cover both spellings
+    r_d, a_d = 2 * r_d + r_d * r_d, 2 * a_d * (1 + r_d)
+    k = 16 * E64
+    dlow = (1 - r_e) * (1 - gam) - n * a_e * (1 + gam) - beta
+    dhigh = (1 + r_e) * (1 + gam) + n * a_e * (1 + gam) + beta
+    if not dlow > 0:
+        return prim.decomposition(x, axis=axis)
+    un = None if u is None else np.broadcast_to(np.any(u, axis=ax, keepdims=True), np.shape(lo))
+    if isinstance(lo, np.ndarray) and isinstance(hi, np.ndarray) and n > 0:
+        # the same bound, one row at a time in a compiled loop (kernels/interval.py)
+        lo_t, hi_t = np.moveaxis(lo, ax, -1), np.moveaxis(hi, ax, -1)
+        ylo, yhi = _K.softmax_bounds(lo_t, hi_t, r_s, a_s, k, r_e, a_e, r_d, a_d, dlow, dhigh,
+                                     gamma(n + 2, 2.0 ** -53), LIBM64_ULPS)
+        return self.new(v, np.moveaxis(ylo, -1, ax), np.moveaxis(yhi, -1, ax), un)
+    return self.new(v, *_softmax_bounds_np(lo, hi, ax, n, r_s, a_s, k, r_e, a_e, r_d, a_d, dlow,
+                                           dhigh), un)
+
+
+def _max_of_others(a, ax):
+    """max over the axis of every element but the one itself (the row's largest, or for the
+    first position of the largest the second largest)."""
+    xp = xp_of(a)
+    first = xp.argmax(a, axis=ax, keepdims=True)
+    m1 = xp.take_along_axis(a, first, axis=ax)
+    pos = xp.arange(a.shape[ax]).reshape([-1 if d == ax % a.ndim else 1 for d in range(a.ndim)])
+    m2 = xp.max(xp.where(pos == first, -xp.inf, a), axis=ax, keepdims=True)
+    return xp.where(pos == first, m2, m1)
+
+
+def _softmax_bounds_np(lo, hi, ax, n, r_s, a_s, k, r_e, a_e, r_d, a_d, dlow, dhigh):
+    """The softmax rule's bound in array operations (any backend; the reference for
+    ``_K.softmax_bounds``)."""
+    with np.errstate(all="ignore"):
+        # the subtraction x - max(x) rounds: an input perturbation of r_s |x - M| + a_s
+        mlo = np.max(lo, axis=ax, keepdims=True)
+        mhi = np.max(hi, axis=ax, keepdims=True)
+        dist = np.maximum(np.abs(lo - mhi), np.abs(hi - mlo))
+        pert = (r_s * dist + a_s) * (1 + k)
+        xl, xh = lo - pert, hi + pert
+        xl, xh = xl - k * np.abs(xl) - TINY64, xh + k * np.abs(xh) + TINY64
+        # exact softmax range over the box, in float64 with outward error allowances
+        m = np.max(xh, axis=ax, keepdims=True)
+        dl, dh = xl - m, xh - m
+        rho_l = (LIBM64_ULPS + 4 + np.abs(dl)) * E64
+        rho_h = (LIBM64_ULPS + 4 + np.abs(dh)) * E64
+        el = np.exp(dl) * (1 - rho_l)
+        eh = np.exp(dh) * (1 + rho_h)
+        g64 = gamma(n + 2, 2.0 ** -53)
+        sh = np.sum(eh, axis=ax, keepdims=True) * (1 + g64)
+        sl = np.sum(el, axis=ax, keepdims=True) * (1 - g64)
+        others_hi = (sh - eh) * (1 + 2 * E64)
+        others_lo = np.maximum((sl - el) * (1 - 2 * E64), 0.0)
+        plo = np.maximum(el / (el + others_hi) * (1 - 4 * E64), 0.0)
+        phi = eh / (eh + others_lo) * (1 + 4 * E64)
+        # where the exps underflow (a box far wider than float64's exp range), in the log
+        # domain: the ratio is at least 1/(1 + (n-1)·exp(max_{k != j} dh_k - dl_j)) and, the
+        # denominator being at least its largest term, at most exp(dh_j - max(dh_j, max_{k != j} dl_k))
+        t = _max_of_others(dh, ax) - dl
+        # (t = -inf: no other element, n = 1; exp's error factor would make 0·inf NaN)
+        et = np.where(t == -np.inf, 0.0,
+                      np.exp(t) * (1 + (LIBM64_ULPS + 4 + np.abs(t)) * E64) + TINY64)
+        plo = np.where(el == 0, np.maximum(1.0 / (1.0 + (n - 1) * et * (1 + 2 * E64))
+                                           * (1 - 4 * E64), 0.0), plo)
+        t = dh - np.maximum(dh, _max_of_others(dl, ax))
+        phi = np.where(eh + others_lo == 0,
+                       np.exp(t) * (1 + (LIBM64_ULPS + 4 + np.abs(t)) * E64) + TINY64, phi)
+        phi = np.minimum(phi, 1.0)
+        # the evaluation's errors: exp (relative r_e, absolute a_e), the sum (gamma, beta:
+        # dlow/dhigh), the division; the exact sum is >= 1 (the max's own term is exp(0))
+        nl = plo * (1 - r_e) - a_e
+        nh = phi * (1 + r_e) + a_e
+        qlo = np.where(nl >= 0, nl / dhigh, nl / dlow)
+        qhi = nh / dlow
+        ylo = (qlo * (1 - r_d) - a_d) * (1 - k) - np.abs(qlo) * k - TINY64
+        yhi = (qhi * (1 + r_d) + a_d) * (1 + k) + TINY64
+    return ylo, yhi
+
+
+@rule("scaled_dot_product_attention")
+def _sdpa(self, prim, q, k, v, mask=None, *, is_causal, scale):
+    """Attention as its decomposition, but where the scores' bounds are finite no execution
+    has a row of -inf scores: PyTorch's safe-softmax masking (a comparison, a reduction and
+    two selections over the whole score block) is then the identity and is skipped."""
+    s = _nn._sdpa_scores(q, k, mask, is_causal, scale)
+    safe = not (self._own(s) and isinstance(s.lo, np.ndarray)
+                and isinstance(s.hi, np.ndarray) and all_finite(s.lo) and all_finite(s.hi))
+    return _nn._sdpa_finish(s, v, safe=safe)
+
+
+def _broadcasts_to(shape, target):
+    try:
+        return np.broadcast_shapes(shape, target) == tuple(target)
+    except ValueError:
+        return False
+
+
+def all_finite(x):
+    """No inf or NaN in x (a sum is: inf - inf and NaN propagate; one pass, no bool array).
+    A sum that overflows says False too: callers take their general path (for float64
+    bounds only past ~1e308 / n, where no fast rule is tight anyway)."""
+    with np.errstate(all="ignore"):
+        return bool(np.isfinite(np.sum(x)))
+
+
+@rule("layer_norm")
+def _layer_norm(self, prim, x, weight=None, bias=None, *, axes, eps):
+    """Layer norm (a composite) over a box, row by row, coupling what interval arithmetic on
+    the decomposition treats as independent. For x in the box (x = v + δ, |δ_i| <= r_i around
+    the program's value v) with P the centring projection:
+
+    * d(x) = P·x lies in P·v ± (r_i + mean(r)) elementwise, and ||d(x)|| in ||P·v|| ± ||r||
+      (P is an orthogonal projection: ||P·δ|| <= ||δ||), so var(x) = ||d||²/N in
+      [(||P·v|| - ||r||)₊², (||P·v|| + ||r||)²] / N -- not the sum of the squares' widths.
+    * The program's mean μ' is within e_μ = γ_{N+2}(δ)·mean|x| of μ (any order, the division,
+      a cast). Its variance var': the two-pass var' = mean((x - μ')²) lies in
+      [var·(1 - γ), (var + e_μ²)·(1 + γ)] (Σ d_i = 0), and the updating algorithms (Welford's
+      and its pairwise merges: PyTorch's CPU kernel, inductor) err by <= ~N·κ·u·var with
+      κ = sqrt(mean(x²)/var) (Chan, Golub & LeVeque 1983): both are inside
+      var ± γ_{2N+8}(δ)·sqrt(mean(x²)·var), widened by the two-pass terms, and never below 0
+      (sums of squares; Welford's increments (x - μ_{k-1})(x - μ_k) multiply same-signed
+      factors). Not covered: the unstable one-pass E[x²] - μ² (error ~N·κ²·u·var).
+      s' = sqrt(fl(var' + eps)) (or 1/rsqrt) within its own rounding and the sqrt's accuracy
+      plus one ulp.
+    * y = (x_i - μ')/s'·w + b over these ranges (an interval quotient: s' > 0), plus the
+      output's evaluation error γ_5(δ)·((|x_i| + |μ'|)·|w|/s' + |b|), which covers both
+      (x - μ')/s·w + b and PyTorch's x·(rstd·w) + (b - μ'·rstd·w).
+
+    δ: the largest unit error of the policy's sub/mul/div/add and its sum accumulation; every
+    float64 step of the bound itself is widened outward. Applies to NumPy arrays with finite
+    bounds, trailing normalized axes (or no weight/bias), point weight/bias of x's dtype, and
+    policies with constant accuracies; elsewhere the decomposition runs."""
+    y = _layer_norm_rows(self, prim, x, weight, bias, axes, eps)
+    return y if y is not None else prim.decomposition(x, weight, bias, axes=axes, eps=eps)
+
+
+def _layer_norm_rows(self, prim, x, weight, bias, axes, eps):
+    lo, hi, u, _ = self.bounds(x)
+    vx = self.primal_of(x)
+    if not (isinstance(lo, np.ndarray) and isinstance(hi, np.ndarray)
+            and isinstance(vx, np.ndarray) and lo.ndim > 0 and lo.size > 0):
+        return None
+    dt = vx.dtype
+    F = self.fmt(dt)
+    if F is None:
+        return None
+    nd = lo.ndim
+    axes = tuple(sorted(a % nd for a in axes))
+    trailing = axes == tuple(range(nd - len(axes), nd))
+    params = []
+    for p, absent in ((weight, 1.0), (bias, 0.0)):
+        if p is None:
+            params.append(absent)
+            continue
+        if self._own(p) and not p.point:
+            return None
+        pc = self.primal_of(p)
+        tail = tuple(lo.shape[a] for a in axes)
+        if not trailing or not isinstance(pc, np.ndarray) or pc.dtype != dt or \
+                pc.ndim > len(tail) or not _broadcasts_to(pc.shape, tail):
+            return None      # varies over the rows (or does not fit): the decomposition
+        params.append(pc)
+    accs = [self.accuracy(n, F) for n in ("sub", "mul", "div", "add", "sqrt")]
+    Facc = self.resolve("reduce_sum", dt).accumulate
+    acc_sum = self.accuracy("reduce_sum", Facc)
+    if any(a.input_dependent for a in accs) or acc_sum.input_dependent:
+        return None
+    n = count(lo.shape, axes)
+    q = 2.0 ** (1 - F.p)
+    d_op = max(a.ulps for a in accs[:4]) * q
+    delta = max(d_op, acc_sum.ulps * 2.0 ** (1 - Facc.p))
+    g_v = self.gamma(2 * n + 8, delta)
+    if not g_v <= 0.125:
+        return None          # too long a row for the format: the bound would be unbounded
+    g_mu = self.gamma(n + 2, delta)
+    g_out = gamma(5, d_op)
+    d_s = (accs[4].ulps + 1) * q * (1 + 4 * q)
+    eta = max(max(a.ulps for a in accs) * F.smallest_subnormal + max(a.absolute for a in accs),
+              acc_sum.ulps * Facc.smallest_subnormal + acc_sum.absolute)
+    eps_f = float(np.asarray(eps, dt).astype(np.float64))
+    with np.errstate(all="ignore"):
+        if not all(np.ndim(p) == 0 or bool(np.all(np.isfinite(p))) for p in params):
+            return None      # (a non-finite x: the kernel says so)
+        v = self.value_of(prim, (x, weight, bias), {"axes": axes, "eps": eps})
+        lead = tuple(a for a in range(nd) if a not in axes)
+        order = lead + axes
+        rows = int(np.prod([lo.shape[a] for a in lead]))
+        vk = vx if dt in (np.float32, np.float64) else vx.astype(np.float32)   # exact
+        blocks = [np.ascontiguousarray(np.transpose(z, order)).reshape(rows, n)
+                  for z in (vk, lo, hi)]
+        tail = tuple(lo.shape[a] for a in axes)
+        wb = [p if np.ndim(p) == 0 else
+              np.ascontiguousarray(np.broadcast_to(p, tail), np.float64).reshape(n)
+              for p in params]
+        top = F.max if F.has_inf and F.name != "float64" else math.inf
+        lim = min(F.max, Facc.max) / 4
+        ylo, yhi, n_bad = _K.layer_norm_bounds(*blocks, *wb, min(eps, eps_f), max(eps, eps_f),
+                                               g_mu, g_v, g_out, d_op, d_s, eta, top, lim)
+        if n_bad:            # an intermediate may overflow, or an input is not finite: the
+            # decomposition models that
+            return None
+        shape_t = tuple(lo.shape[a] for a in order)
+        inv = np.argsort(order)
+        ylo = np.transpose(ylo.reshape(shape_t), inv)
+        yhi = np.transpose(yhi.reshape(shape_t), inv)
+        if not F.has_inf:
+            ylo, yhi = overflow(ylo, yhi, F)
+    un = None if u is None else np.broadcast_to(np.any(u, axis=axes, keepdims=True), lo.shape)
+    return self.new(v, ylo, yhi, un)
+
+
+@rule("rms_norm")
+def _rms_norm(self, prim, x, weight=None, *, axis, eps):
+    """RMS norm as its decomposition ``x / sqrt(mean(x·x) + eps) · w``, intersected with its a
+    priori range. For every x, x_i² <= Σ_j x_j² = n·ms; the program's ms' >= κ·ms - A
+    (κ = 1 - γ_{n+6}(δ): the squares, their sum in any order, the division, a cast; A: the
+    underflow terms) and, where eps·(1 - δ) >= 2(A + η), fl(ms' + eps) >= κ·ms·(1 - δ), so
+    |x_i / s'| <= sqrt(n/(κ(1 - δ)))·(1 + δ)/(1 - d_s) and |y_i| <= that·|w_i|·(1 + δ) + η.
+    A box wider than the rows' spread may contain rows with ms near 0, where the
+    decomposition's quotient has only sqrt(eps) below it (|y| up to |x|/sqrt(eps)·|w|);
+    the range keeps it near sqrt(n)·|w|. δ: the largest unit error of the policy's
+    mul/div/add/sqrt and its sum accumulation; applies to NumPy inputs with finite bounds and
+    point weights."""
+    y = prim.decomposition(x, weight, axis=axis, eps=eps)
+    if not self._own(y) or not isinstance(y.lo, np.ndarray) or y.lo.size == 0:
+        return y
+    lo, hi, _, _ = self.bounds(x)
+    if not (isinstance(lo, np.ndarray) and all_finite(lo) and all_finite(hi)):
+        return y
+    if weight is not None and self._own(weight) and not weight.point:
+        return y
+    F = self.fmt(np.asarray(self.primal_of(y)).dtype)
+    dt = np.asarray(self.primal_of(x)).dtype
+    Fx = self.fmt(dt)
+    if F is None or Fx is None:
+        return y
+    accs = [self.accuracy(n, f) for n in ("mul", "div", "add", "sqrt", "cast") for f in (Fx, F)]
+    Facc = self.resolve("reduce_sum", dt).accumulate
+    acc_sum = self.accuracy("reduce_sum", Facc)
+    if any(a.input_dependent for a in accs) or acc_sum.input_dependent:
+        return y
+    n = count(lo.shape, axis)
+    fmts = (Fx, F, Facc)
+    delta = max(max(a.ulps for a in accs) * 2.0 ** (1 - min(f.p for f in (Fx, F))),
+                acc_sum.ulps * 2.0 ** (1 - Facc.p))
+    eta = max(max(a.ulps for a in accs) * max(f.smallest_subnormal for f in fmts)
+              + max(a.absolute for a in accs),
+              acc_sum.ulps * Facc.smallest_subnormal + acc_sum.absolute)
+    kappa = 1.0 - self.gamma(n + 6, delta)
+    A = (2 * n + 2) * eta * (1 + 2.0 ** -40)     # squares, their sum, the division, a cast
+    if not (kappa > 0.5 and delta < 0.01 and float(eps) * (1 - delta) >= 2 * (A + eta)):
+        return y
+    d_s = (max(a.ulps for a in accs[6:8]) + 1) * 2.0 ** (1 - min(Fx.p, F.p))
+    q = math.sqrt(n / (kappa * (1 - delta))) * (1 + delta) / (1 - d_s) * (1 + 2.0 ** -40)
+    w = 1.0 if weight is None else np.abs(as_f64(self.primal_of(weight)))
+    with np.errstate(all="ignore"):
+        top = up((q + eta) * w * (1 + delta) + eta, 2)
+        if not np.all(np.isfinite(top)):
+            return y
+        ylo, yhi = np.maximum(y.lo, -top), np.minimum(y.hi, top)
+    return self.new(y.primal, ylo, yhi, y.unstable, y.point)
+
+
+
+_BN_COEFFS: dict = {}
+
+
+_BN_COEFFS: dict = {}
+
+
+def _bn_coefficients(self, stats, eps, dtype, ndim, axis):
+    """A batch norm's per-channel (alpha, beta) as intervals (``batch_norm_coefficients`` run
+    by this interpreter). Where the statistics are constant NumPy arrays and the values come
+    from NumPy's evaluation, the result is kept, keyed by the statistics' bytes, eps, the
+    dtypes, the policy and the interpreter's settings (read-only arrays), so a model's forward does not redo the dozen
+    small interval ops per batch norm (~0.45 ms each) on every call."""
+    key = None
+    if type(self.parent) is EvalInterpreter and all(
+            z is None or (type(z) is np.ndarray and not self._own(z)) for z in stats):
+        key = (tuple(None if z is None else (z.dtype.str, z.shape, z.tobytes()) for z in stats),
+               float(eps), np.dtype(dtype).str, ndim, axis, self.policy, self.bound,
+               self.confidence, self.branches, self.matmul)
+        try:
+            hit = _BN_COEFFS.get(key)
+        except TypeError:                   # a policy that does not hash: no reuse
+            key = hit = None
+        if hit is not None:
+            return tuple(self.new(*parts) for parts in hit)
+    alpha, beta = _nn.batch_norm_coefficients(*stats, eps, dtype, ndim, axis)
+    if key is not None and all(self._own(t) for t in (alpha, beta)):
+        parts = []
+        for t in (alpha, beta):
+            arrs = [None if z is None else np.array(concrete(z))
+                    for z in (t.primal, t.lo, t.hi, t.unstable)]
+            for z in arrs:
+                if z is not None:
+                    z.flags.writeable = False
+            parts.append((*arrs, t.point))
+        if len(_BN_COEFFS) > 256:
+            _BN_COEFFS.clear()
+        _BN_COEFFS[key] = tuple(parts)
+    return alpha, beta
+
+
+@rule("batch_norm")
+def _batch_norm(self, prim, x, mean, var, weight=None, bias=None, *, axis, eps):
+    """The decomposition with its last two ops, ``x·alpha + beta``, fused into one pass
+    (``_K.affine_bounds``): the mul and add rules' bounds bit for bit, without the
+    intermediate arrays; the value the parent's ``scale_shift``. alpha and beta are computed
+    by this interpreter as in the decomposition (their own rounding is the program's:
+    intervals around the computed per-channel values). Formats without the fused mul/add
+    path, CuPy: the decomposition."""
+    stats = (mean, var, weight, bias)
+    if not self._own(x):
+        return prim.decomposition(x, *stats, axis=axis, eps=eps)
+    px = concrete(x.primal)
+    alpha, beta = _bn_coefficients(self, stats, eps, np.asarray(px).dtype, np.ndim(px), axis)
+    va, vb = self.primal_of(alpha), self.primal_of(beta)
+    with using(self.parent):            # the decomposition's last two ops, by the parent
+        v = _nn.scale_shift(x.primal, va, vb)
+    dt = np.asarray(concrete(v)).dtype
+    F = self.fmt(dt)
+    accs = None if F is None else (self.accuracy("mul", F), self.accuracy("add", F))
+    slo, shi, su, _ = self.bounds(alpha, dt)
+    tlo, thi, tu, _ = self.bounds(beta, dt)
+    if not (accs is not None and not any(a.input_dependent for a in accs)
+            and (F.has_inf or F.name == "float64")
+            and all(isinstance(z, np.ndarray) for z in (x.lo, x.hi, slo, shi, tlo, thi))):
+        return _nn.scale_shift(x, alpha, beta)
+    (r1, a1, top), (r2, a2, _) = (rounding_terms(F, a.ulps, a.absolute, steps=1)
+                                  for a in accs)
+    un = or_unstable(x.unstable, su, tu)
+    lo, hi = _K.affine_bounds(x.lo, x.hi, slo, shi, tlo, thi, r1, a1, r2, a2, top)
+    return self.new(v, lo, hi, un)
+
+
