@@ -280,6 +280,9 @@ class Interpreter:
 
     def __init__(self, parent: "Interpreter | None"):
         self.parent = parent
+        adopt = getattr(parent, "adopt", None)
+        if adopt is not None:          # a transform that refuses some nestings says so here
+            adopt(self)
 
     @classmethod
     def def_rule(cls, *names: str):

@@ -34,7 +34,6 @@ import numpy as np
 
 from fpx import formats as _formats
 from fpx import tree
-import sys
 
 from fpx.core import EvalInterpreter, FpxError, Interpreter, Tracer, concrete, \
     current_interpreter, using
@@ -85,7 +84,6 @@ def _nesting_error(inner: str, outer: str) -> NestingError:
         f"transform on its own (fpx.trace inside fpx.stochastic works)")
 
 
-_BIND_PARENT = Interpreter.bind_parent.__code__
 
 
 def sample_keys(seed: int, indices) -> np.ndarray:
@@ -151,17 +149,10 @@ class StochasticInterpreter(Interpreter):
         self.notes: list[str] = []
         self._dt_cache: dict = {}
 
-    def process(self, prim, args, params):
-        # an inner transform (its interpreter's parent is this one) binds its pieces here
-        # through Interpreter.bind_parent: refuse all but fpx.trace (a transform nested inside
-        # fpx.stochastic reads the batched arrays themselves and returns an extra sample axis)
-        f = sys._getframe(1)
-        if f.f_code is _BIND_PARENT:
-            self.adopt(f.f_locals.get("self"))
-        return super().process(prim, args, params)
-
     def adopt(self, child):
-        """Raise :class:`NestingError` for a transform nested inside this one, except trace."""
+        """Called by an interpreter created inside this one's run (``Interpreter.__init__``):
+        raise :class:`NestingError` for a transform nested inside this one, except trace
+        (another transform would read the batched arrays and return an extra sample axis)."""
         if child is None or child is self:
             return
         from fpx.trace import TraceInterpreter

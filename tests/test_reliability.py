@@ -330,3 +330,116 @@ def test_w11_trace_inside_stochastic_still_works():
     x = np.ones(4, np.float32)
     rec = fpx.stochastic(lambda t: fpx.trace(lambda u: u * 2)(t), "sr", samples=3)(x)
     assert "mul" in str(rec)
+
+
+# ---------------------------------------------------------------------------------------------
+# The interval transform: W2-W7, W9, W15 (around), W16
+# ---------------------------------------------------------------------------------------------
+def _vec(n=16):
+    return np.linspace(-1, 1, n).astype(np.float32)
+
+
+@pytest.mark.parametrize("f, shapes", [
+    (lambda a, b: a @ b, ((16,), (16,))),
+    (lambda a, b: a @ b, ((5, 16), (16,))),
+    (lambda a, b: a @ b, ((16,), (16, 5))),
+    (lambda a, b: np.dot(a, b), ((16,), (16,))),
+])
+def test_w2_interval_matmul_with_one_dimensional_operands(f, shapes):
+    """Wide interval @ interval with 1-D operands: a bound holding the exact product at the
+    values and at the boxes' ends (it raised AxisError)."""
+    rng = np.random.default_rng(2)
+    xs = [rng.standard_normal(s).astype(np.float32) for s in shapes]
+    ins = [fpx.Interval.around(x, rel=1e-3) for x in xs]
+    iv = fpx.interval(f)(*ins)
+    assert iv.shape == np.shape(f(*xs))
+    assert iv.contains(f(*(x.astype(np.float64) for x in xs))).all()
+    for t in (0.0, 1.0):
+        ends = [i.lo + t * (i.hi - i.lo) for i in ins]
+        assert iv.contains(f(*ends)).all()
+
+
+def test_w3_unstable_scalar_where_broadcast_then_moved():
+    """An unstable 0-d ``where`` broadcast into an array and reshaped: a defined bound whose
+    unstable mask has the result's shape (it raised from NumPy)."""
+    f = lambda a: (a + np.where(a[0] * np.float32(3) > a[1] * np.float32(3),   # noqa: E731
+                                np.float32(1), np.float32(2))).reshape(2, 1)
+    iv = fpx.interval(f)(np.ones(2, np.float32))
+    assert iv.shape == (2, 1) and iv.unstable.shape == (2, 1) and iv.unstable.all()
+    assert iv.contains(np.array([[2.0], [2.0]])).all() and iv.contains(np.array([[3.0], [3.0]])).all()
+
+
+def test_w4_w5_values_leaving_the_program_are_events_not_constants():
+    """float() of a traced sum and a traced value stored into an ndarray: classify says
+    inconclusive, naming the conversion and the line (it said bug on pure round-off)."""
+    a = np.array([1e8, 1.0, -1e8], np.float32)
+    f4 = lambda t: t * np.float32(float(np.sum(t)))       # noqa: E731
+    v = fpx.classify(f4, a.astype(np.float64) * 1.0, a)
+    assert v.kind == "inconclusive"
+    assert any(e.kind == "escaped-value" and "float()" in e.what for e in v.events)
+
+    def f5(t):
+        b = np.zeros(3, np.float32)
+        b[1] = t[0] * 3
+        return b
+    x5 = np.array([0.1, 0.7, 3.0], np.float32)
+    ref = np.array([0.0, float(np.float64(np.float32(0.1))) * 3, 0.0])
+    v = fpx.classify(f5, ref, x5)
+    assert v.kind == "inconclusive" and any(e.kind == "escaped-value" for e in v.events)
+    # a point (no round-off yet) converts without an event
+    _, (iv,) = fpx.transforms.interval.run_interval(lambda t: (t * float(t[0]),), (x5,), {})
+    assert iv.contains(x5.astype(np.float64) * float(x5[0])).all()
+
+
+def test_w6_a_python_literal_rounded_into_the_arrays_format_is_bounded():
+    """``(t - 0.485) / 0.229`` on float32 against its float64 run: round-off (the literals'
+    own rounding to float32 is part of the bound), and both runs inside it."""
+    xn = np.array([0.485, 0.4851, 0.48, 0.5], np.float32)
+    norm = lambda t: (t - 0.485) / 0.229                   # noqa: E731
+    assert fpx.classify(norm, norm(xn.astype(np.float64)), xn).kind == "roundoff"
+    iv = fpx.interval(norm)(xn)
+    assert iv.contains(norm(xn)).all() and iv.contains(norm(xn.astype(np.float64))).all()
+    # an exact literal (2.0) adds no width of its own
+    a, b = fpx.interval(lambda t: t * 2.0)(xn), fpx.interval(lambda t: t * np.float32(2))(xn)
+    assert np.array_equal(a.lo, b.lo) and np.array_equal(a.hi, b.hi)
+
+
+def test_w7_python_float_inputs_are_traced():
+    """``fpx.interval(np.exp)(1.0)`` holds e (it was the zero-width float64 exp(1))."""
+    iv = fpx.interval(np.exp)(1.0)
+    assert iv.lo < math.e < iv.hi and iv.value == np.exp(1.0)
+    # weak as NumPy takes it: with a float32 array the result stays float32
+    out = fpx.interval(lambda a, s: a * s)(np.ones(3, np.float32), 0.1)
+    assert out.value.dtype == np.float32 and out.contains(np.full(3, 0.1)).all()
+
+
+def test_w9_no_nan_bound_where_the_result_is_defined():
+    """sqrt(t - t) is sqrt(0) (x - x is exactly 0 for finite x); where(isnan(sqrt(t)), 0,
+    sqrt(t)) at t = -1 takes the 0 (sqrt of a negative point is certainly NaN)."""
+    iv = fpx.interval(lambda t: np.sqrt(t - t))(np.ones(1, np.float32))
+    assert iv.contains(iv.value).all() and iv.lo[0] == 0.0
+    g = lambda t: np.where(np.isnan(np.sqrt(t)), np.float32(0), np.sqrt(t))   # noqa: E731
+    with np.errstate(invalid="ignore"):
+        iv = fpx.interval(g)(np.array([-1.0, 4.0], np.float32))
+    assert iv.contains(iv.value).all() and iv.lo[0] == iv.hi[0] == 0.0
+    # inf - inf stays NaN: x - x is not 0 there
+    with np.errstate(invalid="ignore"):
+        iv = fpx.interval(lambda t: t - t)(np.array([np.inf, 1.0]))
+    assert np.isnan(iv.lo[0]) and iv.lo[1] == iv.hi[1] == 0.0
+
+
+@pytest.mark.parametrize("kw", [dict(radius=np.nan), dict(radius=-1.0), dict(rel=np.nan),
+                                dict(rel=-0.5)])
+def test_w15_interval_around_refuses_nan_or_negative_radii(kw):
+    name = next(iter(kw))
+    with pytest.raises(ValueError, match=name):
+        fpx.Interval.around(np.ones(3, np.float32), **kw)
+
+
+def test_w16_repr_of_infinite_bounds_does_not_warn():
+    import warnings
+    iv = fpx.Interval(np.array([np.inf, -np.inf, 0.0]), np.array([np.inf, np.inf, 1.0]))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        text = repr(iv)
+    assert "non-finite" in text

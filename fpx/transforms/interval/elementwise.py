@@ -22,6 +22,12 @@ from fpx.transforms.interval.interpreter import ball_rule, rule
 @rule("add", "sub")
 def _add_sub(self, prim, a, b):
     v, (alo, ahi), (blo, bhi), un, pt = self.binary(prim, a, b)
+    if prim.name == "sub" and a is b and self._own(a):
+        # x - x of one traced value: exactly 0 wherever x is finite (IEEE), NaN where it may
+        # be inf or NaN -- not the interval difference of two independent copies
+        with np.errstate(invalid="ignore"):
+            z = np.where(np.isfinite(alo) & np.isfinite(ahi), 0.0, np.nan)
+        return self.new(v, z, z.copy(), un, pt)
     F = self.fmt(np.asarray(concrete(v)).dtype)
     acc = None if F is None else self.accuracy(prim.name, F)
     if prim.name == "sub":
@@ -387,8 +393,8 @@ def _ball_constant(self, prim, a, b):
     """(x, c, value, F) for a ball rule: x a ball operand, c a constant, the result a finite
     float32/float64 array of x's shape and dtype (a ball of any other kind is read as a box)."""
     x, c = (a, b) if self._own(a) and a.is_ball else (b, a)
-    if self._own(c) or not (self._own(x) and x.is_ball):
-        return None
+    if self._own(c) or not (self._own(x) and x.is_ball) or type(concrete(c)) in (int, float):
+        return None         # (a Python literal's own rounding: the box rule bounds it)
     v = self.value_of(prim, (a, b), {})
     F = self.fmt(np.asarray(v).dtype)
     if not (isinstance(v, np.ndarray) and v.shape == np.shape(x.primal)

@@ -20,7 +20,7 @@ import math
 import numpy as np
 
 from fpx import formats as _formats
-from fpx.core import Interpreter, Tracer, concrete
+from fpx.core import Interpreter, Tracer, _user_frame, concrete
 from fpx.kernels import interval as _K
 from fpx.policy import get_policy
 from fpx.transforms.interval.enclosure import (E64, accuracy_terms, as_f64, gamma,
@@ -151,10 +151,17 @@ class IntervalInterpreter(Interpreter):
         self.events.append(Event(kind, what, count))
 
     def to_concrete(self, tracer, why):
+        """A traced value becomes a Python number (``why``: the conversion). Where the bounds
+        cannot decide it, or where it carries round-off (its box has width) and so becomes a
+        constant without its bound, an event says so: the bound then covers only this run's
+        path, and ``classify`` says ``inconclusive`` rather than ``bug``."""
         un = tracer.unstable
         if un is not None and np.any(un):
             self.note("unstable-control-flow", f"{why} decided by a value the bounds cannot "
                       f"decide ({int(np.count_nonzero(un))} element(s))")
+        elif not tracer.point and bool(np.any(np.asarray(tracer.lo) != np.asarray(tracer.hi))):
+            self.note("escaped-value", f"{why} at {_user_frame()}: a value with round-off "
+                      "became a constant, without its bound")
         return super().to_concrete(tracer, why)
 
     # -- accumulation constants ------------------------------------------------------------
@@ -208,7 +215,14 @@ class IntervalInterpreter(Interpreter):
         if self._own(x):
             return x.lo, x.hi, x.unstable, x.point
         c = concrete(x)
-        if isinstance(c, (bool, int, float)) and dtype is not None and np.dtype(dtype).kind in "fV":
+        if type(c) in (int, float) and dtype is not None and np.dtype(dtype).kind in "fV":
+            v, w = as_f64(np.asarray(c).astype(dtype)), np.float64(c)
+            if not (v == w or np.isnan(w)):
+                # a Python literal rounded into the op's format: that rounding is round-off
+                # of the program too, so the bound holds the literal and what the program uses
+                return np.minimum(v, w), np.maximum(v, w), None, False
+            return v, v, None, True
+        if type(c) is bool and dtype is not None:
             c = np.asarray(c).astype(dtype)
         v = as_f64(c)
         return v, v, None, True

@@ -80,15 +80,18 @@ def _logic_not(self, prim, a):
 def _isclass(self, prim, a):
     v = self.value_of(prim, (a,), {})
     lo, hi, u, pt = self.bounds(a)
-    nan = np.isnan(lo) | np.isnan(hi)
     finite = np.isfinite(lo) & np.isfinite(hi)
     point_inf = (lo == hi) & np.isinf(lo)
+    # both ends NaN and stable: every execution is NaN (a "maybe NaN" end is marked unstable)
+    all_nan = np.isnan(lo) & np.isnan(hi)
+    if u is not None:
+        all_nan = all_nan & ~u
     if prim.name == "isnan":
-        certain, possible = np.zeros_like(finite), ~finite
+        certain, possible = all_nan, ~finite
     elif prim.name == "isinf":
-        certain, possible = point_inf, ~finite & ~nan | nan
+        certain, possible = point_inf, ~finite & ~all_nan
     else:
-        certain, possible = finite, ~point_inf
+        certain, possible = finite, ~point_inf & ~all_nan
     nlo, nhi, unst = bool_interval(certain, possible)
     return self.new(v, nlo, nhi, or_unstable(u, unst if np.any(unst) else None), pt)
 

@@ -130,7 +130,8 @@ class _Contraction:
         the concatenated factors (no passes over the output to add two)."""
         cast = engines.f32_upper if small else (lambda x: np.asarray(x, np.float64))
         Ls = np.concatenate([cast(L), cast(np.broadcast_to(L2, np.shape(L)))], axis=-1)
-        Ms = np.concatenate([cast(M), cast(np.broadcast_to(M2, np.shape(M)))], axis=-2)
+        Ms = np.concatenate([cast(M), cast(np.broadcast_to(M2, np.shape(M)))],
+                            axis=-2 if np.ndim(M) > 1 else 0)
         return self.upper(Ls, Ms, small, scale, K=2 * self.K)
 
     def _run(self, x, w, b):
