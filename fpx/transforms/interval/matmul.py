@@ -374,7 +374,7 @@ def _own_centre(op, va, ra, vb, rb, a_pt, b_pt, sp, small, absterm, parts):
             op.upper_pair(L, Bh, np.abs(va), rb_f, small, scale)
     a = rad[2] + absterm
     if np.ndim(extra) or extra:
-        a = up(a + scale * extra, 2)
+        a = _K.scale_up(extra, scale, a)          # one pass: a + (1+β)·e
     return C, (rad[0], rad[1], a), sp.beta, k
 
 
