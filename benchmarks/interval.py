@@ -4,7 +4,7 @@
    matmul + bias + relu). Target <= 3x (RENDER's tool: 2.7x average over an already slow
    interpreter, max 9x).
 2. Interval matmul at n = 512 vs RENDER's Algorithm-1 per-element scalar loop (our numba
-   reconstruction, ``matmul="render"``), compiled, on one thread as RENDER runs it, and for
+   reconstruction, ``benchmarks/_render.py``), compiled, on one thread as RENDER runs it, and for
    reference also spread over all cores, for point inputs and for interval inputs: target
    >= 50x faster (``pass`` takes the point inputs, the harder case: they need an exact float64
    centre to be as tight as RENDER); the width of our bound no larger

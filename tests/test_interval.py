@@ -1832,17 +1832,21 @@ def test_constant_times_interval_value_centred_bound_is_sound():
     assert out.contains(W @ x).all() and np.array_equal(out.value, W @ x)
 
 
+def _decomposed_layers(f, *args):
+    """``fpx.interval(f)(*args)`` without the linear/conv rule (their decompositions run)."""
+    saved = {n: IntervalInterpreter.rules.pop(n) for n in ("linear", "conv")}
+    try:
+        return fpx.interval(f)(*args)
+    finally:
+        IntervalInterpreter.rules.update(saved)
+
+
 def _weighted_rule_and_decomposition(f, x, xin, slack=1.0):
     """fpx.interval(f)(xin) with the conv/linear rule and with the decomposition: the rule's
     value is the program's, its bound holds the decomposition's value (another summation
     order), and it is never wider -- up to ``slack``, the documented price of a conv's
     bfloat16 radius (_conv_slack)."""
-    out = fpx.interval(f)(xin)
-    saved = {n: IntervalInterpreter.rules.pop(n) for n in ("linear", "conv")}
-    try:
-        ref = fpx.interval(f)(xin)
-    finally:
-        IntervalInterpreter.rules.update(saved)
+    out, ref = fpx.interval(f)(xin), _decomposed_layers(f, xin)
     assert np.array_equal(out.value, f(x)) and out.contains(ref.value).all()
     assert np.all(out.width <= ref.width * (1 + 1e-6) * slack + 1e-30)
     return out, ref
@@ -2193,12 +2197,7 @@ def test_weighted_rules_of_non_finite_or_overflowing_operands(op, special, point
     target.reshape(-1)[5] = {"nan": np.nan, "inf": np.inf, "huge": 3e38}[special[2:]]
     xin = x if point else fpx.Interval.around(x, rel=1e-3)
     with np.errstate(all="ignore"):
-        out = fpx.interval(f)(xin)
-        saved = {n: IntervalInterpreter.rules.pop(n) for n in ("linear", "conv")}
-        try:
-            ref = fpx.interval(f)(xin)
-        finally:
-            IntervalInterpreter.rules.update(saved)
+        out, ref = fpx.interval(f)(xin), _decomposed_layers(f, xin)
     with np.errstate(all="ignore"):
         assert np.array_equal(out.value, f(x), equal_nan=True)        # the program's own
     fin = np.isfinite(out.lo) & np.isfinite(out.hi)
