@@ -265,14 +265,11 @@ def bind(prim: Primitive, *args, **params):
 # Interpreters
 # --------------------------------------------------------------------------------------------
 class Interpreter:
-    """Base interpreter. Subclasses hold their own ``rules`` table: name -> rule(interp, *args,
+    """Base interpreter. Subclasses hold their own ``rules`` table: name -> rule(interp, prim, *args,
     **params). A rule evaluates its pieces with ``self.bind_parent`` (or ``with using(parent)``).
     """
 
     rules: dict[str, Callable] = {}
-    #: rules are called ``rule(interp, prim, *args, **params)`` when True (transforms whose
-    #: rules are shared between primitives and need to know which one they handle)
-    rule_takes_prim: bool = False
 
     def __init_subclass__(cls, **kw):
         super().__init_subclass__(**kw)
@@ -286,7 +283,7 @@ class Interpreter:
 
     @classmethod
     def def_rule(cls, *names: str):
-        """Decorator registering ``rule(interp, *args, **params)`` for the primitives (or
+        """Decorator registering ``rule(interp, prim, *args, **params)`` for the primitives (or
         composites) ``names``."""
         for name in names:
             if name not in PRIMITIVES:
@@ -301,9 +298,7 @@ class Interpreter:
     def process(self, prim: Primitive, args: tuple, params: dict):
         rule = self.rules.get(prim.name)
         if rule is not None:
-            if self.rule_takes_prim:
-                return rule(self, prim, *args, **params)
-            return rule(self, *args, **params)
+            return rule(self, prim, *args, **params)
         if prim.decomposition is not None:
             return prim.decomposition(*args, **params)
         raise UnsupportedOpError(prim, self)

@@ -135,7 +135,6 @@ class StochasticTracer(Tracer):
 
 class StochasticInterpreter(Interpreter):
     """Rounds every operation at random (see the module docstring)."""
-    rule_takes_prim = True
 
     def __init__(self, parent, mode="sr", keys=None, *, policy=None, granularity="flop",
                  order="sequential", t=None, mca_mode="mca", per_sample=False):

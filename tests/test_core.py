@@ -515,13 +515,13 @@ def _lift(interp, a):
 
 
 @_OnlyArith.def_rule("add")
-def _add_rule(interp, a, b):
+def _add_rule(interp, prim, a, b):
     return _OnlyArithTracer(interp, interp.bind_parent(PRIMITIVES["add"], _lift(interp, a),
                                                        _lift(interp, b)))
 
 
 @_OnlyArith.def_rule("mul")
-def _mul_rule(interp, a, b):
+def _mul_rule(interp, prim, a, b):
     return _OnlyArithTracer(interp, interp.bind_parent(PRIMITIVES["mul"], _lift(interp, a),
                                                        _lift(interp, b)))
 
@@ -556,7 +556,7 @@ def test_rule_tables_are_per_class():
         pass
 
     @Sub.def_rule("exp")
-    def _exp(interp, a):  # pragma: no cover - never called
+    def _exp(interp, prim, a):  # pragma: no cover - never called
         raise AssertionError
     assert "exp" in Sub.rules and "add" in Sub.rules and "exp" not in _OnlyArith.rules
     with pytest.raises(KeyError, match="no primitive named"):

@@ -71,7 +71,6 @@ class IntervalInterpreter(Interpreter):
     """Bounds every primitive. ``rules`` take boxes (a ball operand's box is formed on
     access); ``ball_rules`` are tried first where an operand is a ball and return None where
     they do not apply."""
-    rule_takes_prim = True
     ball_rules: dict = {}
 
     def __init__(self, parent, policy=None, branches: str = "hull", bound: str = "rigorous",
