@@ -17,14 +17,14 @@ from fpx import nn  # noqa: F401
 from fpx.core import (EscapedTracerError, FpxError, UnsupportedFunctionError,  # noqa: F401
                       UnsupportedOpError)
 from fpx.formats import Format  # noqa: F401
-from fpx.trace import trace  # noqa: F401
+from fpx.transforms.trace import trace  # noqa: F401
 from fpx.transforms.interval import Interval, interval  # noqa: F401
-from fpx.classify import Verdict, classify  # noqa: F401
+from fpx.transforms.classify import Verdict, classify  # noqa: F401
 from fpx import testing  # noqa: F401
 from fpx import metrics  # noqa: F401
-from fpx.stochastic import stochastic  # noqa: F401
+from fpx.transforms.stochastic import NestingError, stochastic  # noqa: F401
 
 __version__ = "0.1.0"
 __all__ = ["trace", "interval", "stochastic", "Interval", "classify", "Verdict", "testing",
            "formats", "policy", "metrics", "numpy", "nn", "core", "Format", "FpxError",
-           "UnsupportedOpError", "EscapedTracerError", "UnsupportedFunctionError"]
+           "UnsupportedOpError", "EscapedTracerError", "UnsupportedFunctionError", "NestingError"]

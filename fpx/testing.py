@@ -10,7 +10,7 @@ from __future__ import annotations
 import numpy as np
 
 from fpx import tree
-from fpx.classify import classify
+from fpx.transforms.classify import classify
 from fpx.core import concrete, to_host
 from fpx.transform import as_array
 

@@ -1844,7 +1844,7 @@ def _rebuild_bound(f, examples, params, mode):
 # =============================================================================================
 from dataclasses import dataclass, field  # noqa: E402
 
-from fpx.classify import Verdict, _compare  # noqa: E402
+from fpx.transforms.classify import Verdict, _compare  # noqa: E402
 
 
 @dataclass

@@ -17,7 +17,7 @@ from fpx import core, tree
 from fpx.core import (EVAL, PRIMITIVES, Backend, Composite, EscapedTracerError,
                       Interpreter, Primitive, Tracer, UnsupportedFunctionError,
                       UnsupportedOpError, bind, using)
-from fpx.trace import TraceRecord
+from fpx.transforms.trace import TraceRecord
 from fpx.transform import own, run
 
 pytestmark = [pytest.mark.filterwarnings("ignore::RuntimeWarning")]

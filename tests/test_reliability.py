@@ -12,7 +12,7 @@ import fpx
 from fpx import formats as F
 from fpx.kernels import stochastic as K
 
-stochastic_mod = __import__("fpx.stochastic", fromlist=["sample_keys"])
+stochastic_mod = __import__("fpx.transforms.stochastic", fromlist=["sample_keys"])
 sample_keys = stochastic_mod.sample_keys
 
 F32MAX = float(np.finfo(np.float32).max)

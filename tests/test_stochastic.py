@@ -31,7 +31,7 @@ import fpx
 import fpx.numpy as fnp
 from fpx import formats as F
 from fpx.kernels import stochastic as K
-from fpx.stochastic import sample_keys
+from fpx.transforms.stochastic import sample_keys
 
 ALPHA = 1e-6                                 # per-check false-failure probability
 Z = 5.0                                      # two-sided normal tail at 5 sigma: 5.7e-7
@@ -1055,7 +1055,7 @@ def test_fused_float32_binary_ops_equal_the_general_path(mode, monkeypatch):
     b = rng.standard_normal((8, 1, 1)).astype(np.float32)   # a conv bias: middle-axis broadcast
     c = rng.standard_normal((6,)).astype(np.float32)
     import sys
-    st_mod = sys.modules["fpx.stochastic"]
+    st_mod = sys.modules["fpx.transforms.stochastic"]
 
     def go():
         return fpx.stochastic(lambda x, h, b, c: _fused_binary_prog(x * 1.5, h, b, c), mode,

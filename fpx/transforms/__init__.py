@@ -1,2 +1,4 @@
-"""The transforms' implementations, one package or module each (``fpx.interval`` is the
-function; ``fpx.transforms.interval`` the package that implements it)."""
+"""The transforms' implementations, one module or package each: ``fpx.interval``,
+``fpx.stochastic``, ``fpx.trace`` and ``fpx.classify`` are the functions; ``fpx.transforms.interval``
+(a package), ``fpx.transforms.stochastic``, ``fpx.transforms.trace`` and
+``fpx.transforms.classify`` the modules that implement them."""

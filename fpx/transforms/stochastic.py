@@ -154,7 +154,7 @@ class StochasticInterpreter(Interpreter):
         (another transform would read the batched arrays and return an extra sample axis)."""
         if child is None or child is self:
             return
-        from fpx.trace import TraceInterpreter
+        from fpx.transforms.trace import TraceInterpreter
         if not isinstance(child, TraceInterpreter):
             raise _nesting_error(_transform_name(child), "stochastic")
 
