@@ -432,7 +432,7 @@ def _as_dtype(v, like):
 
 def _conv_native(B):
     """The NumPy backend's convolution: float32 through oneDNN where torch is installed
-    (``fpx.kernels.conv``: the same sums of products, 2x faster than im2col), the im2col
+    (``fpx.kernels.conv``: the same sums of products, faster than im2col), the im2col
     decomposition otherwise; other backends run the decomposition."""
     if B.name != "numpy":
         return _conv_decomp
@@ -818,9 +818,8 @@ def _linear_bias_last(x, w, b):
     """Can NumPy's linear add an in-sum bias after the GEMM (``x @ w.T`` then ``+= b``)? For
     float32/float64 operands of one dtype that is the same (K+1)-term sum with the bias in the
     last position, which every bound of ``bias_in_sum`` covers; it skips copying ``[x | 1]``
-    and ``[w | b]`` (0.3-2.5 ms per transformer-sized linear). Narrower dtypes keep the
-    decomposition: their GEMM accumulates in float32 and rounds once, a later add would round
-    twice."""
+    and ``[w | b]``. Narrower dtypes keep the decomposition: their GEMM accumulates in float32
+    and rounds once, a later add would round twice."""
     dt = _dtype(x)
     return (isinstance(x, np.ndarray) and isinstance(w, np.ndarray) and isinstance(b, np.ndarray)
             and dt in (np.float32, np.float64) and _dtype(w) == dt and _dtype(b) == dt)

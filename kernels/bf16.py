@@ -2,7 +2,7 @@
 interval transform's radius convolution (``fpx.kernels.conv.conv_upper_bf16``).
 
 A radius is an upper bound of a convolution (or GEMM) of nonnegative float32 operands. On a
-CPU with bfloat16 instructions (AVX512-BF16, AMX) oneDNN's bfloat16 kernels are 2-3x faster
+CPU with bfloat16 instructions (AVX512-BF16, AMX) oneDNN's bfloat16 kernels are faster
 than its float32 ones: round the operands *up* to bfloat16 (``round_up``, on the bits), run
 the kernel, and cover what it does with ``factors(k)``:
 
@@ -45,7 +45,7 @@ def _bf16_up(b):
 @numba.njit(cache=True)
 def _round_up_loop(bits, out):
     # selects, not branches, and the max in 16 lanes: the loop vectorizes (one running max
-    # was a loop-carried dependency that kept it scalar, 2.5x slower)
+    # would be a loop-carried dependency that keeps it scalar)
     n = bits.size
     lanes = np.zeros(16, np.uint32)
     body = n - n % 16
@@ -67,9 +67,8 @@ def _round_up_loop(bits, out):
 def aligned_empty(shape, dtype):
     """``np.empty(shape, dtype)`` starting on a 64-byte boundary (a cache line, an AMX tile
     row). Large NumPy arrays start 16 bytes past a page (the allocator's header): oneDNN's
-    bfloat16 GEMM took 1.6x longer on such a left factor (1.0 against 0.62 ms for 256x1024 @
-    1024x1024 on one thread): ``round_up`` and the interval kernels write bfloat16 bits
-    here."""
+    bfloat16 GEMM is slower on such a left factor: ``round_up`` and the interval kernels
+    write bfloat16 bits here."""
     dt = np.dtype(dtype)
     n = math.prod(shape) * dt.itemsize
     buf = np.empty(n + 64, np.uint8)
@@ -105,7 +104,7 @@ def round_up(torch, t, with_max=False):
     n = len(perm)
     if perm[:n - 2] != tuple(range(n - 2)):
         r = r.contiguous()      # (in bfloat16: half a float32 copy; torch's matmul of such
-    if not with_max:            # views took 2x longer than the copy and its own GEMM)
+    if not with_max:            # views is slower than the copy and its own GEMM)
         return r
     return r, to_float(top)
 

@@ -3,20 +3,19 @@ torch program (``torch_gemms()``, entered by ``fpx.interop.torch``); also, there
 norm (``layer_norm``), strided reshapes (``reshape``) and the interval rules' sums of two
 GEMMs (``matmul_sum``), below.
 
-NumPy's ``matmul`` calls OpenBLAS; torch's calls MKL's ``sgemm``/``dgemm``, ~1.3x faster on
-the transformer-sized GEMMs here (1024x512 @ 512x1536 float32: 3.9 against 5.7 ms on two
-Sapphire Rapids cores), and a torch module's own GEMMs are MKL's. It also keeps every GEMM of
-the run on one thread pool: the interval rules' bfloat16 radius GEMMs and oneDNN convolutions
-run on torch's, and OpenBLAS's workers, spinning ~0.1 s after each call, slow them
+NumPy's ``matmul`` calls OpenBLAS; torch's calls MKL's ``sgemm``/``dgemm``, faster on the
+transformer-sized GEMMs here, and a torch module's own GEMMs are MKL's. It also keeps every
+GEMM of the run on one thread pool: the interval rules' bfloat16 radius GEMMs and oneDNN
+convolutions run on torch's, and OpenBLAS's workers, spinning after each call, slow them
 (``kernels/bf16.py``, ``kernels/conv.py``). A NumPy program keeps NumPy's GEMMs: its user's
-own code is on OpenBLAS, and MKL's threads beside OpenBLAS's spinning ones made the MLP
-benchmark's bound 25 -> 31-38 ms. A GEMM's summation order is the library's choice either
-way, and every fpx bound holds for any order.
+own code is on OpenBLAS, and MKL's threads beside OpenBLAS's spinning ones would slow both.
+A GEMM's summation order is the library's choice either way, and every fpx bound holds for
+any order.
 
 Used only where it is the same arithmetic as NumPy's: float32 or float64 operands of one
 dtype, both at least 2-D (NumPy's broadcasting of the stacked dims is torch's too), with
 strides torch can view (none negative or zero), writeable (torch warns on read-only views),
-big enough (>= 2^15 multiply-adds) for the conversion's ~5 us to pay, and torch's float32
+big enough (>= 2^15 multiply-adds) for the conversion's cost to pay, and torch's float32
 matmul precision at "highest" with no oneDNN setting that would round float32 operands
 (``torch.set_float32_matmul_precision("medium")`` lets a CPU GEMM use bfloat16). Everything
 else is ``np.matmul``.
@@ -81,7 +80,7 @@ def matmul(a, b):
 def layer_norm(x, weight, bias, axes, eps):
     """torch's CPU layer norm (``torch.native_layer_norm``: a Welford mean and variance,
     ``(x - μ)·rstd·w + b``) of a NumPy array while a torch program runs -- the module's own
-    kernel, so the value is the module's, ~10x faster than the decomposition's passes; None
+    kernel, so the value is the module's, faster than the decomposition's passes; None
     where it does not apply: outside ``torch_gemms()``, dtypes other than float32/float64,
     normalized axes not trailing, a weight/bias not of x's dtype and the normalized shape.
     fpx.interval's layer-norm rule covers this kernel's arithmetic (Welford and its merges,
@@ -109,7 +108,7 @@ def layer_norm(x, weight, bias, axes, eps):
 def softmax(x, axis):
     """torch's CPU softmax (``torch._softmax``: exp(x - max) by SLEEF's vectorized exp, a
     float32 sum, times the sum's reciprocal) of a NumPy array while a torch program runs --
-    the module's own kernel, ~6x faster than the decomposition's NumPy passes; None where it
+    the module's own kernel, faster than the decomposition's NumPy passes; None where it
     does not apply (outside ``torch_gemms()``, dtypes other than float32/float64, no torch).
     fpx.interval's softmax rule covers this arithmetic (the policy's exp accuracy, any
     summation order, either spelling of the division); the decomposition stays the model
@@ -125,9 +124,8 @@ def softmax(x, axis):
 
 def reshape(a, shape):
     """``np.reshape(a, shape)``; while a torch program runs, a reshape that must copy (a
-    strided view, as attention's head split makes) copies on torch's threads (~2x faster
-    than NumPy's one-thread copy on two cores). The same elements in the same order either
-    way."""
+    strided view, as attention's head split makes) copies on torch's threads (NumPy's copy
+    runs on one thread). The same elements in the same order either way."""
     if (_TORCH_GEMMS.get() and _viewable(a, 1) and a.size >= 2 ** 16
             and not a.flags.c_contiguous):
         torch = _torch()

@@ -2,9 +2,9 @@
 is installed.
 
 ``fpx.nn.conv`` is an im2col + one GEMM (its decomposition). On the CPU, oneDNN's direct
-convolution does the same sums of products in another order 2-2.5x faster (no K-times larger
-column matrix: at 64 channels, 3x3, 32x32, batch 8 it is 2.8 ms against 6 ms). The interval
-transform's bounds hold for any summation order, so both describe the program's arithmetic.
+convolution does the same sums of products in another order, faster (no K-times larger
+column matrix). The interval transform's bounds hold for any summation order, so both
+describe the program's arithmetic.
 
 Used only where it is the same arithmetic:
 
@@ -21,10 +21,10 @@ Used only where it is the same arithmetic:
 torch's float64 convolution wherever ``conv_f32`` applies, to stay on one thread pool.
 ``conv_upper_bf16`` (the rule's radius, an upper bound of a convolution of the operands'
 magnitudes) runs one oneDNN bfloat16 convolution of the operands rounded up to bfloat16 where
-the CPU has bfloat16 instructions: 2-3x faster than the float32 one here (AVX512-BF16).
+the CPU has bfloat16 instructions (AVX512-BF16): faster than the float32 one.
 ``conv_blocks_f32`` (the parts of the rule's default centre of a point convolution): oneDNN
-float32 convolutions over blocks of input channels, which the rule adds in float64 -- about
-one float32 convolution's time against ~7 for torch's float64 one.
+float32 convolutions over blocks of input channels, which the rule adds in float64 --
+faster than torch's float64 convolution.
 torch is imported on the first call that could use it (not at ``import fpx``).
 """
 from __future__ import annotations
@@ -102,8 +102,8 @@ def conv_exact_f32(x, w, b, stride, padding, dilation, groups):
     """The same float32 convolution summed in float64 (the products are exact; the error is
     at most γ_{K+1}(2^-53)·Σ|x·w| in any order): torch's float64 convolution (im2col + GEMM
     on torch's own thread pool), where ``conv_f32`` applies. NumPy's float64 GEMM there would
-    wake OpenBLAS's worker threads, whose ~0.1 s of spinning after each call made the next
-    oneDNN convolutions 2-3x slower on 2 cores. None where it does not apply."""
+    wake OpenBLAS's worker threads, whose spinning after each call slows the next oneDNN
+    convolutions. None where it does not apply."""
     torch = _engine(x, w, b)
     return None if torch is None else _conv_float64(torch, x, w, b, stride, padding, dilation,
                                                     groups)

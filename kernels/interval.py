@@ -21,15 +21,14 @@ rounding error and map overflow to infinity; these do it in one pass per bound.
   Intel cores a microcode assist per multiply); zero-width zeros give 0 exactly.
 
 Each is one compiled loop over (rows, last axis) blocks of contiguous memory (the inner loop
-vectorizes; a numba ``vectorize`` ufunc calls its scalar kernel per element and ran ~5x
+vectorizes; a numba ``vectorize`` ufunc calls its scalar kernel per element, which is
 slower). :func:`_flat` lays the operands out: arrays of the full shape in place, a bias row
 as a row, scalars as scalars (numba compiles a specialization for each mix); anything else
 is expanded once -- except two layouts that would otherwise be copied: operands that are all
 one permutation of a dense block (attention's head-split and transposed activations) run in
 memory order, outputs in the same layout; operands constant along trailing dims (a per-channel
 ``(1, C, 1, 1)`` scale) become per-row columns of a (N·C, H·W) split, read once per row (as
-stride-0 rows they had kept the inner loop from vectorizing: a per-channel product ran 4.7x
-slower than a full-shaped one).
+stride-0 rows they would keep the inner loop from vectorizing).
 """
 from __future__ import annotations
 
@@ -137,8 +136,7 @@ def _flat(args, out_dtypes, outs=None):
 def _empty(shape, dt):
     """An output array: bfloat16 bits (a left factor for oneDNN's bfloat16 GEMM) on a 64-byte
     boundary (``aligned_empty``), anything else as NumPy allocates it (aligned float64
-    outputs gained nothing, and a ResNet block's bound was ~5% slower in a one-process
-    A/B)."""
+    outputs gain nothing)."""
     return aligned_empty(shape, dt) if np.dtype(dt) == np.uint16 else np.empty(shape, dt)
 
 
@@ -229,7 +227,7 @@ def _upper(y, r, a, top):
 def _mag(y):
     """``|y|`` for a relative widening ``|y|·r``: at most the largest float64, at least
     2^-968, so the product stays normal for r >= 2^-52 -- a subnormal factor or product
-    costs Intel cores a microcode assist (~150 cycles) per multiply, and an exact zero
+    costs Intel cores a microcode assist per multiply, and an exact zero
     widened by 2^-1074 would be one in every later step. At most 2^-968·r more width."""
     return min(max(abs(y), 2.0 ** -968), _MAX)
 
@@ -312,8 +310,7 @@ def mul_bounds(alo, ahi, blo, bhi, rel, absl, top):
 
 @numba.njit(cache=True, error_model="numpy")
 def _affine_loop(xlo, xhi, slo, shi, tlo, thi, r1, a1, r2, a2, top, floor, lo, hi):
-    # the product and sum from the mul and add loops' inline helpers (the same code, the same
-    # speed: 0.99 ms per ResNet batch norm)
+    # the product and sum from the mul and add loops' inline helpers (the same code)
     for i in range(lo.shape[0]):
         for j in range(lo.shape[1]):
             l, h = _mul_rounded(np.float64(_at(xlo, i, j)), np.float64(_at(xhi, i, j)),
@@ -353,7 +350,7 @@ _SCALARS = (float, int, np.floating, np.integer)
 def scale_up(x, f, a):
     if isinstance(x, _SCALARS) and isinstance(f, _SCALARS) and isinstance(a, _SCALARS):
         # the loop's arithmetic on Python floats (IEEE float64, round to nearest): the rules'
-        # scalar constants took ~35 us each through the array path
+        # scalar constants skip the array path's overhead
         v, f, aa = float(x), float(f), float(a)
         if v == 0.0 and aa == 0.0:
             return np.float64(0.0)
@@ -383,8 +380,8 @@ def f32_upper(x):
 
 # Smallest nonzero GEMM operand the float32 radius kernels hand to BLAS: its products with
 # weights down to 2^-24 stay normal. A subnormal operand or product costs Intel cores a
-# microcode assist (~150 cycles) per multiply-add -- 10x slower GEMMs where exact-looking
-# zeros carried a 2^-126 floor; the floor's own width is negligible next to a float32 ulp.
+# microcode assist per multiply-add (a 2^-126 floor on exact-looking zeros would slow the
+# GEMMs); the floor's own width is negligible next to a float32 ulp.
 F32_FLOOR = 2.0 ** -102
 
 
@@ -402,7 +399,7 @@ def _radius_abs_up(vv, r0):
     """(r, a): float64 upper bounds of the radius ``r0`` (a float64 difference: exact where it
     is subnormal, else within ε) and of ``|vv| + r`` (a sum: the same). No 2^-1074 term is
     needed (neither step can underflow past its exact value) and none is added: a subnormal
-    operand costs Intel cores a ~150-cycle assist per multiply, and exact zeros (ReLU,
+    operand costs Intel cores a microcode assist per multiply, and exact zeros (ReLU,
     padding) would otherwise turn into 2^-1074 and hit it in every later product."""
     r = r0 * (1.0 + 3 * _E)
     return r, (abs(vv) + r) * (1.0 + 3 * _E)
@@ -419,7 +416,7 @@ def _left_of_radius(vv, r0, c2):
 
 def _put_abs(absv, i, j, x):
     """``absv[i, j] = float32(|x|)``; nothing where ``absv`` is None (resolved at compile
-    time: a runtime flag kept the loops from vectorizing, 4x slower)."""
+    time: a runtime flag kept the loops from vectorizing)."""
 
 
 @overload(_put_abs, inline="always")
@@ -622,7 +619,7 @@ def _transpose_loop(a, out):
 
 def transposed(a):
     """A C-contiguous copy of the 2-D array ``a.T``, in 16x16 tiles written row by row
-    (NumPy's strided copy of a transposed 1024x1024 float32 matrix took 6.4 ms, this 1.1)."""
+    (faster than NumPy's strided copy of a transposed matrix)."""
     out = np.empty((a.shape[1], a.shape[0]), a.dtype)
     _transpose_loop(a, out)
     return out
@@ -643,8 +640,8 @@ def _nmin(a, b):
 @numba.njit(inline="always")
 def _row_max(x):
     """max of a 1-D array of finite floats (-inf if empty) over eight independent lanes (one
-    running max is a chain of dependent compares that does not vectorize: 2x slower, NumPy's
-    axis reduction of short rows 4x)."""
+    running max is a chain of dependent compares that does not vectorize; NumPy's axis
+    reduction of short rows is slower too)."""
     n = x.shape[0]
     a0 = a1 = a2 = a3 = a4 = a5 = a6 = a7 = -math.inf
     j = 0
@@ -829,8 +826,8 @@ def softmax_bounds(lo, hi, r_s, a_s, k, r_e, a_e, r_d, a_d, dlow, dhigh, g64, li
     """fpx.interval's softmax rule (see its docstring for the derivation) along the last axis:
     two compiled row passes around NumPy's SIMD exp, elementwise loops that vectorize (the
     NumPy spelling made ~35 passes over the whole block; a scalar exp per element in the loop
-    was slower still; loops that carried the rows' maxima and branches took 20 ms for the
-    encoder benchmark's 1M scores, these 4), over blocks of rows that stay in cache."""
+    is slower still, and so are loops that carry the rows' maxima and branches), over blocks
+    of rows that stay in cache."""
     shape = lo.shape
     lo2 = np.ascontiguousarray(lo, np.float64).reshape(-1, shape[-1])
     hi2 = np.ascontiguousarray(hi, np.float64).reshape(-1, shape[-1])
@@ -916,7 +913,7 @@ def _layer_norm_rows(v, lo, hi, w, b, eps_lo, eps_hi, g_mu, g_v, g_out, d_op, d_
     sqn = math.sqrt(n) * (1 + 2 * _E)
     # the row's values, radii, magnitudes and centred values, in L1-resident scratch: every
     # pass below is elementwise or a lane-parallel reduction, so it vectorizes (the sums'
-    # order is covered by γ_{n+4}(u64); one running sum per quantity did not: 3x slower)
+    # order is covered by γ_{n+4}(u64); one running sum per quantity does not vectorize)
     vr, rr, xa, dr = np.empty(n), np.empty(n), np.empty(n), np.empty(n)
     for i in range(rows):
         for j in range(n):
@@ -938,7 +935,7 @@ def _layer_norm_rows(v, lo, hi, w, b, eps_lo, eps_hi, g_mu, g_v, g_out, d_op, d_
         mv = s_v / n
         # (mr, e64c at least 2^-968: every element's radius below adds them, and an
         # all-zero row of a float64 program would otherwise multiply subnormals per element,
-        # a microcode assist each on Intel cores: 15x slower)
+        # a microcode assist each on Intel cores)
         mr = max(s_r / n * (1 + g64) + _TINY, 2.0 ** -968)    # >= mean(r)
         M1 = s_a / n * (1 + g64) + _TINY              # >= mean|x| over the box
         M2 = s_q / n * (1 + g64) + _TINY              # >= mean(x²) over the box

@@ -57,8 +57,8 @@ _F64MAX = np.finfo(np.float64).max
 
 _opts = dict(cache=True, nogil=True, error_model="numpy")
 # Memory-bound elementwise kernels run on one thread (their prange loops are plain loops):
-# an OpenMP team there contended with OpenBLAS's spinning threads right after a GEMM and ran
-# 2-5x slower on 2 cores. Compute-bound kernels (the flop matmul and reductions) are parallel.
+# an OpenMP team there contends with OpenBLAS's spinning threads right after a GEMM, which
+# slows it. Compute-bound kernels (the flop matmul and reductions) are parallel.
 
 
 @numba.njit(**_opts)
@@ -739,8 +739,8 @@ def _make_fast_rows(MODE, OP):
             return x * y
         return x / y
 
-    # one thread: these passes are memory-bound, and an OpenMP team here contended with
-    # OpenBLAS's spinning threads right after a GEMM (measured 2-5x slower)
+    # one thread: these passes are memory-bound, and an OpenMP team here contends with
+    # OpenBLAS's spinning threads right after a GEMM
     @numba.njit(nogil=True, error_model="numpy")
     def kernel(a, b, keys, op_id, out):
         S, n = out.shape

@@ -83,8 +83,8 @@ def f32_upper(X):
 
 
 def _amx():
-    """The CPU runs oneDNN's bfloat16 kernels on AMX tiles (2-3x float32's speed there;
-    with AVX512-BF16 alone they were no faster in a whole bound)."""
+    """The CPU runs oneDNN's bfloat16 kernels on AMX tiles (faster than float32 there;
+    with AVX512-BF16 alone they are no faster in a whole bound)."""
     torch = _kconv._torch()
     return bool(torch and _bf16.amx(torch))
 

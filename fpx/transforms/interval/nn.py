@@ -348,8 +348,8 @@ def _bn_coefficients(self, stats, eps, dtype, ndim, axis):
     """A batch norm's per-channel (alpha, beta) as intervals (``batch_norm_coefficients`` run
     by this interpreter). Where the statistics are constant NumPy arrays and the values come
     from NumPy's evaluation, the result is kept, keyed by the statistics' bytes, eps, the
-    dtypes, the policy and the interpreter's settings (read-only arrays), so a model's forward does not redo the dozen
-    small interval ops per batch norm (~0.45 ms each) on every call."""
+    dtypes, the policy and the interpreter's settings (read-only arrays), so a model's
+    forward does not redo the dozen small interval ops per batch norm on every call."""
     key = None
     if type(self.parent) is EvalInterpreter and all(
             z is None or (type(z) is np.ndarray and not self._own(z)) for z in stats):
