@@ -101,11 +101,12 @@ def matmul_split(self, c, F_in, F_prod, F_acc, K, F_out=None):
 
 # ---- the contractions -------------------------------------------------------------------------
 class _Contraction:
-    """What the strategies need of y = op(A, B): ``K`` terms per output, ``upper(L, M, scale,
-    bias, bf16)`` -> (R, f, a) bounding ``scale·op(L, M) (+ bias's term)`` for nonnegative
-    factors (an engine), ``centre(A, B)`` in float64 (the centre provider), and how unstable
-    operand elements spread to outputs. ``bias``: the |b| of a bias that is one more term of
-    each sum (linear and conv), whose left factor is that of a point 1."""
+    """What the strategies need of y = op(A, B) (a matmul, or a linear or conv layer): ``K``
+    terms per output; ``upper(L, M, small, scale, bias_coef, bf16)`` -> (R, f, a) bounding
+    ``scale·(op(L, M) + bias_coef·|b|)`` for nonnegative factors (an engine); ``centre(A, B,
+    parts)`` -> (C, rel, extra), the centre provider; ``spread``: which outputs a marked
+    operand element reaches. ``bias``: a bias that is one more term of each sum (linear and
+    conv), whose left factor is that of a point 1."""
 
     def __init__(self, self_, prim, K, params=None, bias=None):
         self.interp, self.prim, self.K, self.params = self_, prim, K, params or {}
