@@ -216,19 +216,11 @@ def _show(f: FormatLike) -> str:
 
 
 def ulp(x, fmt: FormatLike):
-    """Unit in the last place of float64 value(s) ``x`` in format ``fmt`` (exact).
-
-    ``2**(max(e, emin) - p + 1)`` with ``e = floor(log2|x|)`` taken from :func:`numpy.frexp`;
-    zero gives the subnormal spacing (the smallest subnormal), values beyond the format's range
-    the ulp of its largest binade, and infinities/NaN give ``inf``.
-    """
-    f = _fmt(fmt)
-    a = np.abs(np.asarray(x, dtype=np.float64))
-    with np.errstate(all="ignore"):
-        _, e = np.frexp(a)
-        e = np.where(a == 0, f.emin, np.clip(e.astype(np.int64) - 1, f.emin, f.emax))
-        out = np.ldexp(1.0, (e - f.p + 1).astype(np.int32))
-        out = np.where(np.isfinite(a), out, np.inf)
+    """The unit of an error bound: :func:`fpx.formats.ulp` of float64 value(s) ``x`` in
+    ``fmt`` (exact; zero gives the smallest subnormal, values past the format's range the
+    quantum of their own binade), and ``inf`` for infinities and NaN."""
+    u = np.asarray(_formats().ulp(np.asarray(x, dtype=np.float64), _fmt(fmt)))
+    out = np.where(np.isnan(u), np.inf, u)
     return out[()] if out.ndim == 0 else out
 
 
