@@ -490,101 +490,13 @@ class Tracer:
                         "supported. Use fpx.numpy.where(mask, v, x) or build the array with "
                         "concatenate/pad.")
 
-    def __array_namespace__(self, api_version=None):
-        from fpx import numpy as fnp
-        return fnp
-
-    # -- NumPy protocols ---------------------------------------------------------------------
-    def __array_ufunc__(self, ufunc, method, *inputs, **kwargs):
-        from fpx.numpy import _dispatch_ufunc
-        return _dispatch_ufunc(ufunc, method, inputs, kwargs)
-
-    def __array_function__(self, func, types, args, kwargs):
-        from fpx.numpy import _dispatch_function
-        return _dispatch_function(func, args, kwargs)
-
-    # -- operators ----------------------------------------------------------------------------
-    def __add__(self, o): return _fnp().add(self, o)
-    def __radd__(self, o): return _fnp().add(o, self)
-    def __sub__(self, o): return _fnp().subtract(self, o)
-    def __rsub__(self, o): return _fnp().subtract(o, self)
-    def __mul__(self, o): return _fnp().multiply(self, o)
-    def __rmul__(self, o): return _fnp().multiply(o, self)
-    def __truediv__(self, o): return _fnp().divide(self, o)
-    def __rtruediv__(self, o): return _fnp().divide(o, self)
-    def __floordiv__(self, o): return _fnp().floor_divide(self, o)
-    def __rfloordiv__(self, o): return _fnp().floor_divide(o, self)
-    def __mod__(self, o): return _fnp().remainder(self, o)
-    def __rmod__(self, o): return _fnp().remainder(o, self)
-    def __pow__(self, o): return _fnp()._array_pow(self, o)
-    def __rpow__(self, o): return _fnp().power(o, self)
-    def __matmul__(self, o): return _fnp().matmul(self, o)
-    def __rmatmul__(self, o): return _fnp().matmul(o, self)
-    def __neg__(self): return _fnp().negative(self)
-    def __pos__(self): return self
-    def __abs__(self): return _fnp().abs(self)
-    def __lt__(self, o): return _fnp().less(self, o)
-    def __le__(self, o): return _fnp().less_equal(self, o)
-    def __gt__(self, o): return _fnp().greater(self, o)
-    def __ge__(self, o): return _fnp().greater_equal(self, o)
-    def __eq__(self, o): return _fnp().equal(self, o)  # type: ignore[override]
-    def __ne__(self, o): return _fnp().not_equal(self, o)  # type: ignore[override]
-    def __and__(self, o): return _fnp().bitwise_and(self, o)
-    def __rand__(self, o): return _fnp().bitwise_and(o, self)
-    def __or__(self, o): return _fnp().bitwise_or(self, o)
-    def __ror__(self, o): return _fnp().bitwise_or(o, self)
-    def __xor__(self, o): return _fnp().bitwise_xor(self, o)
-    def __rxor__(self, o): return _fnp().bitwise_xor(o, self)
-    def __invert__(self): return _fnp().invert(self)
     __hash__ = object.__hash__
 
-    def __getitem__(self, index):
-        return _fnp()._getitem(self, index)
-
-    # -- methods ------------------------------------------------------------------------------
-    @property
-    def T(self): return _fnp().transpose(self)
-    @property
-    def mT(self): return _fnp().matrix_transpose(self)
-    def astype(self, dtype, copy=True): return _fnp().astype(self, dtype)
-    def reshape(self, *shape, order="C"):
-        if len(shape) == 1 and not isinstance(shape[0], (int, np.integer)):
-            shape = tuple(shape[0])
-        return _fnp().reshape(self, shape, order=order)
-    def transpose(self, *axes):
-        if len(axes) == 1 and not isinstance(axes[0], (int, np.integer)):
-            axes = axes[0]
-        return _fnp().transpose(self, None if axes is None or len(axes) == 0 else axes)
-    def swapaxes(self, a, b): return _fnp().swapaxes(self, a, b)
-    def squeeze(self, axis=None): return _fnp().squeeze(self, axis)
-    def flatten(self): return _fnp().reshape(self, (-1,))
-    ravel = flatten
-    def copy(self): return self
-    def sum(self, axis=None, dtype=None, keepdims=False): return _fnp().sum(self, axis, dtype=dtype, keepdims=keepdims)
-    def mean(self, axis=None, dtype=None, keepdims=False): return _fnp().mean(self, axis, dtype=dtype, keepdims=keepdims)
-    def prod(self, axis=None, dtype=None, keepdims=False): return _fnp().prod(self, axis, dtype=dtype, keepdims=keepdims)
-    def max(self, axis=None, keepdims=False): return _fnp().max(self, axis, keepdims=keepdims)
-    def min(self, axis=None, keepdims=False): return _fnp().min(self, axis, keepdims=keepdims)
-    def argmax(self, axis=None, keepdims=False): return _fnp().argmax(self, axis, keepdims=keepdims)
-    def argmin(self, axis=None, keepdims=False): return _fnp().argmin(self, axis, keepdims=keepdims)
-    def var(self, axis=None, dtype=None, ddof=0, keepdims=False): return _fnp().var(self, axis, dtype=dtype, ddof=ddof, keepdims=keepdims)
-    def std(self, axis=None, dtype=None, ddof=0, keepdims=False): return _fnp().std(self, axis, dtype=dtype, ddof=ddof, keepdims=keepdims)
-    def cumsum(self, axis=None, dtype=None): return _fnp().cumsum(self, axis, dtype=dtype)
-    def clip(self, min=None, max=None): return _fnp().clip(self, min, max)
-    def round(self, decimals=0): return _fnp().round(self, decimals)
-    def dot(self, other): return _fnp().dot(self, other)
+    # The array API -- operators, NumPy's protocols, methods -- is installed by fpx.numpy
+    # (``_TracerArrayAPI``): the core defines the tracer, the namespace what it computes.
 
     def __repr__(self):
         return (f"{type(self).__name__}({type(self._interp).__name__}, "
                 f"{self.dtype}{list(self.shape)})")
 
 
-_FNP = None
-
-
-def _fnp():
-    global _FNP
-    if _FNP is None:
-        from fpx import numpy as fnp
-        _FNP = fnp
-    return _FNP
