@@ -39,8 +39,6 @@ import numpy as np
 from numba import types
 from numba.extending import overload
 
-from fpx.kernels.bf16 import _bf16_up, aligned_empty
-from fpx.kernels.bf16 import to_float as _bf16_to_float
 
 
 _E = 2.0 ** -52
@@ -134,10 +132,8 @@ def _flat(args, out_dtypes, outs=None):
 
 
 def _empty(shape, dt):
-    """An output array: bfloat16 bits (a left factor for oneDNN's bfloat16 GEMM) on a 64-byte
-    boundary (``aligned_empty``), anything else as NumPy allocates it (aligned float64
-    outputs gain nothing)."""
-    return aligned_empty(shape, dt) if np.dtype(dt) == np.uint16 else np.empty(shape, dt)
+    """An output array."""
+    return np.empty(shape, dt)
 
 
 def _common_layout(args, shape):
@@ -414,50 +410,6 @@ def _left_of_radius(vv, r0, c2):
     return np.float32(Lb)
 
 
-def _put_abs(absv, i, j, x):
-    """``absv[i, j] = float32(|x|)``; nothing where ``absv`` is None (resolved at compile
-    time: a runtime flag kept the loops from vectorizing)."""
-
-
-@overload(_put_abs, inline="always")
-def _put_abs_impl(absv, i, j, x):
-    if isinstance(absv, types.NoneType):
-        return lambda absv, i, j, x: None
-
-    def put(absv, i, j, x):
-        absv[i, j] = np.float32(abs(x))
-    return put
-
-
-def _row_target(out, scratch, i):
-    """Where row i of a left factor is written: ``out[i]`` (float32), or the float32 scratch
-    row that ``_row_store`` rounds into ``out[i]`` (bfloat16 bits, uint16); compile time."""
-
-
-@overload(_row_target, inline="always")
-def _row_target_impl(out, scratch, i):
-    if out.dtype == types.uint16:
-        return lambda out, scratch, i: scratch
-    return lambda out, scratch, i: out[i]
-
-
-def _row_store(out, scratch, i):
-    """``out[i]`` = the bfloat16 bits >= the scratch row (``kernels/bf16.py: round_up``'s
-    rounding, in L1: no float32 factor written to memory); nothing for a float32 ``out``."""
-
-
-@overload(_row_store, inline="always")
-def _row_store_impl(out, scratch, i):
-    if out.dtype == types.uint16:
-        def store(out, scratch, i):
-            bits = scratch.view(np.uint32)
-            o = out[i]
-            for j in range(o.shape[0]):
-                o[j] = np.uint16(_bf16_up(bits[j]))
-        return store
-    return lambda out, scratch, i: None
-
-
 @numba.njit(cache=True, error_model="numpy")
 def _sample_sums_loop(v, r, rows, cols, step):
     s_r = 0.0
@@ -475,25 +427,6 @@ def _sample_sums(v, r, shape):
     block: they feed a heuristic (is an operand narrow enough for a centre of its own)."""
     rows, cols = shape
     return _sample_sums_loop(v, r, rows, cols, max(1, -(-rows // 8)))
-
-
-def _left_outs(with_abs, bf16):
-    return (np.uint16 if bf16 else np.float32,) + ((np.float32,) if with_abs else ())
-
-
-def _row_scratch(o):
-    """The float32 row that a bfloat16 left factor's rows pass through (see _row_store)."""
-    return np.empty(o.shape[1] if o.dtype == np.uint16 else 0, np.float32)
-
-
-def _max_of(o):
-    """max of a float32 left factor, or of the values of its bfloat16 bits (nonnegative
-    bfloat16 bits order as their values, NaN above inf); NaN where one is NaN, 0 if empty."""
-    if not o.size:
-        return 0.0
-    if o.dtype == np.uint16:
-        return _bf16_to_float(o.max())
-    return float(o.max())
 
 
 @numba.njit(inline="always", error_model="numpy")
@@ -542,17 +475,6 @@ def center_bounds(c, R, f, a, top, b=0.0, floor=-math.inf):
 
 
 @numba.njit(cache=True, error_model="numpy")
-def _mm_left_ball_loop(v, r, c2, out, absv, scratch):
-    for i in range(out.shape[0]):
-        row = _row_target(out, scratch, i)
-        for j in range(out.shape[1]):
-            vv = np.float64(_at(v, i, j))
-            row[j] = _left_of_radius(vv, np.float64(_at(r, i, j)), c2)
-            _put_abs(absv, i, j, vv)
-        _row_store(out, scratch, i)
-
-
-@numba.njit(cache=True, error_model="numpy")
 def _mm_right_ball_loop(v, r, bh, rb):
     for i in range(bh.shape[0]):
         for j in range(bh.shape[1]):
@@ -560,26 +482,30 @@ def _mm_right_ball_loop(v, r, bh, rb):
                                                   np.float64(_at(r, i, j)))
 
 
-def mm_left_ball(v, r, c2, with_abs=False, bf16=False):
-    """``mm_left(v, lo, hi, c2, stats=True, with_abs, bf16)`` for an operand known only as a
-    ball about its value, every execution within ``r`` of ``v`` (a float32 radius that covers
-    its bounds: ``split_ball``, the softmax's): the factor from r itself, no bounds formed
-    (~2x fewer operations per element than reading the ball as centred bounds). None where
-    L is NaN or infinite."""
-    args, outs, shape, res = _flat((v, r), _left_outs(with_abs, bf16))
-    o = outs[0]
-    _mm_left_ball_loop(*args, float(c2), o, outs[1] if with_abs else None, _row_scratch(o))
-    m = _max_of(o) / c2 * (1.0 + 4 * _E) if o.size and c2 > 0 else math.nan
+@numba.njit(cache=True, error_model="numpy")
+def _mm_left_ball_loop(v, r, c2, out):
+    for i in range(out.shape[0]):
+        for j in range(out.shape[1]):
+            out[i, j] = _left_of_radius(np.float64(_at(v, i, j)), np.float64(_at(r, i, j)), c2)
+
+
+def mm_left_ball(v, r, c2):
+    """(L, (Σr, Σ(|v| + r), M)) for an operand known as a ball, every execution within ``r``
+    of ``v``: the left GEMM factor ``L >= c2·(|v| + r) + r`` as float32 (see above), the sums
+    over a sample of rows (``_sample_sums``) and ``M >= max(|v| + r)`` (from max(L)/c2);
+    None where L is NaN or infinite."""
+    args, (o,), shape, (res,) = _flat((v, r), (np.float32,))
+    _mm_left_ball_loop(*args, float(c2), o)
+    m = float(o.max()) / c2 * (1.0 + 4 * _E) if o.size and c2 > 0 else math.nan
     if not m < math.inf:
         return None
     s_r, s_a = _sample_sums(args[0], args[1], o.shape)
-    return (_result(res[0], shape), (s_r, s_a, m)) + \
-        ((_result(res[1], shape),) if with_abs else ())
+    return _result(res, shape), (s_r, s_a, m)
 
 
 def mm_right_ball(v, r):
-    """``mm_right(v, lo, hi)`` for an operand known as a ball about its value (see
-    ``mm_left_ball``); None where B̂ is not finite."""
+    """(B̂, r_B, stats) for a ball as a GEMM's right factor: ``B̂ >= |v| + r`` and ``r_B >= r``
+    as float32 upper bounds, the stats as ``mm_left_ball``'s; None where B̂ is not finite."""
     args, (bh, rb), shape, (rbh, rrb) = _flat((v, r), (np.float32, np.float32))
     _mm_right_ball_loop(*args, bh, rb)
     m = float(bh.max()) if bh.size else 0.0
