@@ -19,10 +19,20 @@ def timeit(fn, reps):
 
 
 def parse_args(doc, argv=None):
-    """The benchmarks' command line: ``--quick`` (fewer repetitions, under a minute)."""
+    """The benchmarks' command line: ``--quick`` (fewer repetitions, under a minute). Prints
+    the allocator setting the run measures (fpx leaves glibc's alone unless FPX_MALLOC=tune)."""
     ap = argparse.ArgumentParser(description=doc.splitlines()[0])
     ap.add_argument("--quick", action="store_true", help="fewer repetitions (< 1 minute)")
-    return ap.parse_args(argv)
+    args = ap.parse_args(argv)
+    print(f"allocator: {allocator()}")
+    return args
+
+
+def allocator():
+    """"tuned" where fpx.memory's glibc settings are in force (FPX_MALLOC=tune), else
+    "default"."""
+    from fpx import memory
+    return "tuned" if memory._applied else "default"
 
 
 def warm_up(fn, seconds=1.5, calls=200):

@@ -20,7 +20,7 @@ import json
 
 import numpy as np
 
-from _timing import parse_args, timeit, warm_up  # benchmarks/ (the script's folder) is on sys.path
+from _timing import allocator, parse_args, timeit, warm_up  # (benchmarks/ is on sys.path)
 import fpx
 from fpx import formats
 from _render import render_matmul
@@ -112,7 +112,7 @@ def main(argv=None):
           f"factor {1 / (1 - 513 * 2.0 ** -24):.6f}), interval inputs {w_interval:.4f} "
           f"(target <= 1.5)")
     print(json.dumps({
-        "benchmark": "interval", "mlp": "256x1024x4 float32 relu",
+        "benchmark": "interval", "allocator": allocator(), "mlp": "256x1024x4 float32 relu",
         "mlp_plain_ms": round(t_plain * 1e3, 3), "mlp_interval_ms": round(t_iv * 1e3, 3),
         "mlp_overhead": round(mlp_ratio, 3), "target_mlp_overhead": 3.0,
         "mlp_fast_overhead": round(fast_ratio, 3), "mlp_median_width": w_med,

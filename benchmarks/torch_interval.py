@@ -30,7 +30,7 @@ except ImportError:                       # torch is an optional extra: nothing 
         raise SystemExit(0)
     raise
 
-from _timing import parse_args, timeit  # benchmarks/ (the script's folder) is on sys.path
+from _timing import allocator, parse_args, timeit  # (benchmarks/ is on sys.path)
 import fpx
 from fpx.transform import adapt
 
@@ -98,7 +98,7 @@ def main(argv=None):
     enc = measure("TransformerEncoderLayer 512/8, seq 128, batch 8", tel, x_tel, reps, rounds)
     res = measure("ResNet basic block 64ch 32x32, batch 8", block, x_cnn, reps, rounds)
     print(json.dumps({
-        "benchmark": "torch_interval", "torch": torch.__version__,
+        "benchmark": "torch_interval", "allocator": allocator(), "torch": torch.__version__,
         "threads": torch.get_num_threads(),
         **{f"encoder_{k}": v for k, v in enc.items()},
         **{f"resblock_{k}": v for k, v in res.items()},
