@@ -73,6 +73,10 @@ class IntervalInterpreter(Interpreter):
     they do not apply."""
     ball_rules: dict = {}
 
+    def __init_subclass__(cls, **kw):
+        super().__init_subclass__(**kw)
+        cls.ball_rules = dict(cls.ball_rules)   # (each subclass its own copy, as ``rules``)
+
     def __init__(self, parent, policy=None, branches: str = "hull", bound: str = "rigorous",
                  confidence: float = 0.999, matmul: str = "midrad"):
         super().__init__(parent)
