@@ -492,8 +492,9 @@ class Tracer:
 
     __hash__ = object.__hash__
 
-    # The array API -- operators, NumPy's protocols, methods -- is installed by fpx.numpy
-    # (``_TracerArrayAPI``): the core defines the tracer, the namespace what it computes.
+    # The array API -- operators, NumPy's protocols, methods -- is installed by
+    # fpx/tracer_api.py when fpx.numpy is imported: the core defines the tracer, the namespace
+    # what it computes.
 
     def __repr__(self):
         return (f"{type(self).__name__}({type(self._interp).__name__}, "

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import builtins
 import operator
-import sys
 
 import numpy as np
 
@@ -1132,93 +1131,4 @@ __all__ = [n for n in dir() if not n.startswith("_") and n not in (
     "UnsupportedFunctionError", "backend_of", "concrete", "PRIMITIVES")]
 
 
-# ---------------------------------------------------------------------------------------------
-# The tracer's array API: operators, NumPy's protocols and methods all route to this namespace
-# ---------------------------------------------------------------------------------------------
-class _TracerArrayAPI:
-    """What ``fpx.core.Tracer`` does as an array, installed on it below."""
-
-    def __array_namespace__(self, api_version=None):
-        return sys.modules[__name__]
-
-    # -- NumPy protocols ---------------------------------------------------------------------
-    def __array_ufunc__(self, ufunc, method, *inputs, **kwargs):
-        return _dispatch_ufunc(ufunc, method, inputs, kwargs)
-
-    def __array_function__(self, func, types, args, kwargs):
-        return _dispatch_function(func, args, kwargs)
-
-    # -- operators ----------------------------------------------------------------------------
-    def __add__(self, o): return add(self, o)
-    def __radd__(self, o): return add(o, self)
-    def __sub__(self, o): return subtract(self, o)
-    def __rsub__(self, o): return subtract(o, self)
-    def __mul__(self, o): return multiply(self, o)
-    def __rmul__(self, o): return multiply(o, self)
-    def __truediv__(self, o): return divide(self, o)
-    def __rtruediv__(self, o): return divide(o, self)
-    def __floordiv__(self, o): return floor_divide(self, o)
-    def __rfloordiv__(self, o): return floor_divide(o, self)
-    def __mod__(self, o): return remainder(self, o)
-    def __rmod__(self, o): return remainder(o, self)
-    def __pow__(self, o): return _array_pow(self, o)
-    def __rpow__(self, o): return power(o, self)
-    def __matmul__(self, o): return matmul(self, o)
-    def __rmatmul__(self, o): return matmul(o, self)
-    def __neg__(self): return negative(self)
-    def __pos__(self): return self
-    def __abs__(self): return abs(self)
-    def __lt__(self, o): return less(self, o)
-    def __le__(self, o): return less_equal(self, o)
-    def __gt__(self, o): return greater(self, o)
-    def __ge__(self, o): return greater_equal(self, o)
-    def __eq__(self, o): return equal(self, o)  # type: ignore[override]
-    def __ne__(self, o): return not_equal(self, o)  # type: ignore[override]
-    def __and__(self, o): return bitwise_and(self, o)
-    def __rand__(self, o): return bitwise_and(o, self)
-    def __or__(self, o): return bitwise_or(self, o)
-    def __ror__(self, o): return bitwise_or(o, self)
-    def __xor__(self, o): return bitwise_xor(self, o)
-    def __rxor__(self, o): return bitwise_xor(o, self)
-    def __invert__(self): return invert(self)
-    
-    def __getitem__(self, index):
-        return _getitem(self, index)
-
-    # -- methods ------------------------------------------------------------------------------
-    @property
-    def T(self): return transpose(self)
-    @property
-    def mT(self): return matrix_transpose(self)
-    def astype(self, dtype, copy=True): return astype(self, dtype)
-    def reshape(self, *shape, order="C"):
-        if len(shape) == 1 and not isinstance(shape[0], (int, np.integer)):
-            shape = tuple(shape[0])
-        return reshape(self, shape, order=order)
-    def transpose(self, *axes):
-        if len(axes) == 1 and not isinstance(axes[0], (int, np.integer)):
-            axes = axes[0]
-        return transpose(self, None if axes is None or len(axes) == 0 else axes)
-    def swapaxes(self, a, b): return swapaxes(self, a, b)
-    def squeeze(self, axis=None): return squeeze(self, axis)
-    def flatten(self): return reshape(self, (-1,))
-    ravel = flatten
-    def copy(self): return self
-    def sum(self, axis=None, dtype=None, keepdims=False): return sum(self, axis, dtype=dtype, keepdims=keepdims)
-    def mean(self, axis=None, dtype=None, keepdims=False): return mean(self, axis, dtype=dtype, keepdims=keepdims)
-    def prod(self, axis=None, dtype=None, keepdims=False): return prod(self, axis, dtype=dtype, keepdims=keepdims)
-    def max(self, axis=None, keepdims=False): return max(self, axis, keepdims=keepdims)
-    def min(self, axis=None, keepdims=False): return min(self, axis, keepdims=keepdims)
-    def argmax(self, axis=None, keepdims=False): return argmax(self, axis, keepdims=keepdims)
-    def argmin(self, axis=None, keepdims=False): return argmin(self, axis, keepdims=keepdims)
-    def var(self, axis=None, dtype=None, ddof=0, keepdims=False): return var(self, axis, dtype=dtype, ddof=ddof, keepdims=keepdims)
-    def std(self, axis=None, dtype=None, ddof=0, keepdims=False): return std(self, axis, dtype=dtype, ddof=ddof, keepdims=keepdims)
-    def cumsum(self, axis=None, dtype=None): return cumsum(self, axis, dtype=dtype)
-    def clip(self, min=None, max=None): return clip(self, min, max)
-    def round(self, decimals=0): return round(self, decimals)
-    def dot(self, other): return dot(self, other)
-
-
-for _name, _attr in list(vars(_TracerArrayAPI).items()):
-    if _name not in ("__dict__", "__weakref__", "__module__", "__qualname__", "__doc__"):
-        setattr(Tracer, _name, _attr)
+from fpx import tracer_api as _tracer_api  # noqa: E402,F401  (installs the Tracer's array API)

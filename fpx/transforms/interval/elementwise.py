@@ -395,12 +395,17 @@ def _ball_constant(self, prim, a, b):
     x, c = (a, b) if self._own(a) and a.is_ball else (b, a)
     if self._own(c) or not (self._own(x) and x.is_ball) or type(concrete(c)) in (int, float):
         return None         # (a Python literal's own rounding: the box rule bounds it)
-    v = self.value_of(prim, (a, b), {})
-    F = self.fmt(np.asarray(v).dtype)
-    if not (isinstance(v, np.ndarray) and v.shape == np.shape(x.primal)
-            and v.dtype == np.asarray(x.primal).dtype and v.dtype in (np.float32, np.float64)
-            and F is not None and F.has_inf and not self.accuracy(prim.name, F).input_dependent):
+    xv, cv = concrete(x.primal), concrete(c)
+    try:        # decided before the value is computed (else the box rule computes it again)
+        fits = (isinstance(xv, np.ndarray) and xv.ndim and xv.dtype in (np.float32, np.float64)
+                and np.result_type(xv, cv) == xv.dtype
+                and np.broadcast_shapes(xv.shape, np.shape(cv)) == xv.shape)
+    except (TypeError, ValueError):
         return None
+    F = self.fmt(xv.dtype) if fits else None
+    if F is None or not F.has_inf or self.accuracy(prim.name, F).input_dependent:
+        return None
+    v = self.value_of(prim, (a, b), {})
     return x, concrete(c), v, F
 
 
