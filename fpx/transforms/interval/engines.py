@@ -83,8 +83,8 @@ def f32_upper(X):
 
 
 def _amx():
-    """The CPU runs oneDNN's bfloat16 kernels on AMX tiles (faster than float32 there;
-    with AVX512-BF16 alone they are no faster in a whole bound)."""
+    """The CPU runs oneDNN's bfloat16 kernels on AMX tiles (with AVX512-BF16 but no AMX the
+    bfloat16 radius convolution was slower than the float32 one)."""
     torch = _kconv._torch()
     return bool(torch and _bf16.amx(torch))
 
