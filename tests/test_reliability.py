@@ -426,6 +426,15 @@ def test_w9_no_nan_bound_where_the_result_is_defined():
     with np.errstate(invalid="ignore"):
         iv = fpx.interval(lambda t: t - t)(np.array([np.inf, 1.0]))
     assert np.isnan(iv.lo[0]) and iv.lo[1] == iv.hi[1] == 0.0
+    # an interval straddling sqrt's or log's domain edge where the program's value is defined:
+    # the defined executions are bounded (the NaN ones are flagged unstable), no NaN end
+    x = np.array([1.0000001, 1.0, 2.0], np.float32)
+    for f in (np.sqrt, np.log):
+        with np.errstate(divide="ignore"):
+            iv = fpx.interval(lambda a: f(a * np.float32(3) - np.float32(3)))(x)
+        assert not np.isnan(iv.lo).any() and not np.isnan(iv.hi).any()
+        assert iv.contains(iv.value).all() and list(iv.unstable) == [False, True, False]
+        assert iv.hi[1] < 1e-3 if f is np.sqrt else iv.hi[1] < -10
 
 
 @pytest.mark.parametrize("kw", [dict(radius=np.nan), dict(radius=-1.0), dict(rel=np.nan),

@@ -40,7 +40,23 @@ class Interval:
 
     @classmethod
     def _trusted(cls, lo, hi, value, unstable=None):
-        """An interval the interpreter built (float64 arrays, lo <= hi or NaN): no checks."""
+        """An interval the interpreter built (float64 arrays, lo <= hi or NaN): no order checks.
+
+        Inside the interpreter a NaN end means "an execution may give NaN" (an input interval
+        reached outside a function's domain). Where the program's own value is defined, the
+        result states what holds for the defined executions instead: that end becomes -inf or
+        +inf (the other end still bounds them) and the element is marked unstable, so no
+        bound is NaN where the program's result is not."""
+        xp = xp_of(lo)
+        if bool(xp.isnan(lo).any()) or bool(xp.isnan(hi).any()):
+            v = concrete(as_array(value))
+            v = xp.asarray(v if is_cupy(v) == is_cupy(lo) else to_host(v))
+            defined = ~xp.isnan(v.astype(np.float64))     # (integers and booleans: all)
+            lo_open, hi_open = xp.isnan(lo) & defined, xp.isnan(hi) & defined
+            if bool(lo_open.any()) or bool(hi_open.any()):
+                lo, hi = xp.where(lo_open, -np.inf, lo), xp.where(hi_open, np.inf, hi)
+                opened = lo_open | hi_open
+                unstable = opened if unstable is None else (xp.asarray(unstable) | opened)
         self = object.__new__(cls)
         self.lo, self.hi, self.value, self.unstable = lo, hi, value, unstable
         return self
