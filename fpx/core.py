@@ -178,8 +178,9 @@ class Primitive:
     """A named operation: the unit every interpreter understands.
 
     ``impl(backend) -> callable`` builds the executable for one backend; the result is cached.
-    ``kind`` groups primitives for precision policies: elementwise, transcendental, matmul,
-    reduction, movement, compare, index, cast, creation.
+    ``kind`` classifies the op; for fpx's own primitives it is one of
+    :data:`fpx.primitives.KINDS` (exact, rounded, transcendental, matmul, reduction, ...), the
+    table the precision policy and the transforms read.
     """
 
     __slots__ = ("name", "kind", "doc", "_make", "_cache", "__weakref__")

@@ -107,6 +107,8 @@ from typing import Any, Callable, Mapping, NamedTuple, Union
 
 import numpy as np
 
+from fpx import primitives as _prims
+
 __all__ = [
     "OP_KINDS", "PRIMITIVES", "kind_of", "canonical_name", "ulp",
     "OpPrecision", "ResolvedPrecision", "Accuracy", "Policy", "PolicyLookupError",
@@ -119,16 +121,9 @@ __all__ = [
 # --------------------------------------------------------------------------------------------
 OP_KINDS = ("matmul", "reduction", "elementwise", "transcendental")
 
-_KINDS: dict[str, str] = {
-    "matmul": "matmul",
-    "reduce_sum": "reduction", "reduce_prod": "reduction", "cumsum": "reduction",
-    **{n: "elementwise" for n in (
-        "neg", "abs", "sqrt", "floor", "ceil", "round", "sign",
-        "add", "sub", "mul", "div", "max", "min", "fma", "cast")},
-    **{n: "transcendental" for n in (
-        "exp", "expm1", "exp2", "log", "log1p", "log2", "sin", "cos", "tan", "tanh", "sinh",
-        "cosh", "atan", "erf", "pow", "atan2")},
-}
+# Every primitive's kind is declared once, in fpx.primitives; a policy's op kind is read from it.
+_KINDS: dict[str, str] = {n: _prims.KINDS[k] for n, k in _prims.KIND_OF.items()
+                          if _prims.KINDS[k] is not None}
 #: The fpx primitives a policy knows about (the keys transforms ask :meth:`Policy.accuracy` for).
 PRIMITIVES = tuple(_KINDS)
 
@@ -143,10 +138,10 @@ _ALIASES = {
 _KIND_ONLY = {"conv": "matmul", "convolution": "matmul", "einsum": "matmul",
               "mean": "reduction"}
 
-_EXACT = ("neg", "abs", "floor", "ceil", "round", "sign", "max", "min")
-_ROUNDED = ("add", "sub", "mul", "div", "sqrt", "fma", "cast")
-_ACCUMULATING = ("matmul", "reduce_sum", "reduce_prod", "cumsum")
-_TRANSCENDENTAL = tuple(n for n, k in _KINDS.items() if k == "transcendental")
+_EXACT = _prims.of_kind("exact")
+_ROUNDED = _prims.of_kind("rounded", "cast")
+_ACCUMULATING = _prims.of_kind("matmul", "reduction")
+_TRANSCENDENTAL = _prims.of_kind("transcendental")
 
 
 class PolicyLookupError(KeyError):

@@ -33,6 +33,7 @@ from __future__ import annotations
 import numpy as np
 
 from fpx import formats as _formats
+from fpx import primitives as _prims
 from fpx import tree
 
 from fpx.core import EvalInterpreter, FpxError, Interpreter, Tracer, concrete, \
@@ -51,16 +52,12 @@ __all__ = ["stochastic", "StochasticInterpreter", "NestingError", "sample_keys",
 MODES = ("sr", "ud", "cestac", "mca", "ieee")
 _MCA_MODES = ("rr", "pb", "mca")
 
-# primitives that round in IEEE arithmetic (everything else is exact or integer)
-_ROUNDED = {"add", "sub", "mul", "div", "fma", "sqrt", "exp", "expm1", "exp2", "log", "log1p",
-            "log2", "sin", "cos", "tan", "tanh", "sinh", "cosh", "atan", "erf", "pow", "atan2"}
-_EXACT = {"neg", "abs", "floor", "ceil", "round", "sign", "max", "min", "floor_divide",
-          "remainder", "lt", "le", "gt", "ge", "eq", "ne", "isnan", "isinf", "isfinite",
-          "logical_and", "logical_or", "logical_xor", "logical_not", "where"}
-_UFUNC_LD = {"exp": np.exp, "expm1": np.expm1, "exp2": np.exp2, "log": np.log,
-             "log1p": np.log1p, "log2": np.log2, "sin": np.sin, "cos": np.cos, "tan": np.tan,
-             "tanh": np.tanh, "sinh": np.sinh, "cosh": np.cosh, "atan": np.arctan,
-             "pow": np.power, "atan2": np.arctan2}
+# which primitives round comes from their kinds (fpx.primitives); cast has its own rule
+_ROUNDED = _prims.of_kind("rounded", "transcendental")
+_EXACT = _prims.of_kind("exact", "divmod", "compare")
+# the libm functions with a NumPy ufunc, evaluated in long double for float64 results
+_UFUNC_LD = {n: getattr(np, _prims.UFUNC_NAME[n]) for n in _prims.of_kind("transcendental")
+             if n in _prims.UFUNC_NAME}
 _EFT_OP = {"add": 0, "sub": 1, "mul": 2, "div": 3}
 
 
