@@ -23,8 +23,9 @@ from fpx.transforms.classify import Verdict, classify  # noqa: F401
 from fpx import testing  # noqa: F401
 from fpx import metrics  # noqa: F401
 from fpx.transforms.stochastic import NestingError, stochastic  # noqa: F401
+from fpx.chunks import chunked  # noqa: F401
 
 __version__ = "0.1.0"
-__all__ = ["trace", "interval", "stochastic", "Interval", "classify", "Verdict", "testing",
-           "formats", "policy", "metrics", "numpy", "nn", "core", "Format", "FpxError",
+__all__ = ["trace", "interval", "stochastic", "chunked", "Interval", "classify", "Verdict",
+           "testing", "formats", "policy", "metrics", "numpy", "nn", "core", "Format", "FpxError",
            "UnsupportedOpError", "EscapedTracerError", "UnsupportedFunctionError", "NestingError"]

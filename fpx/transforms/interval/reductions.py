@@ -27,6 +27,21 @@ def count(shape, axis):
     return n
 
 
+LONG_SUM = 0.5      # (n - 1)·u from which a sum's rigorous bound is noted as too wide to use
+
+
+def note_long_sum(self, prim_name, n, delta, F_acc):
+    """An event where a sum of ``n`` terms has a rigorous bound as wide as the sum can be:
+    ``(n - 1)·δ >= LONG_SUM`` lets rounding move it by half of ``Σ|x|`` or more. The message
+    names what gives a usable bound instead."""
+    if self.bound == "rigorous" and (n - 1) * delta >= LONG_SUM:
+        self.note("long-sum", f"{prim_name} of {n} terms accumulated in {F_acc.name}: the "
+                  f"rigorous bound (any summation order) is up to ±{(n - 1) * delta:.3g}·Σ|x| "
+                  "wide. bound='probabilistic' (Higham-Mary, about sqrt(n)·u; not rigorous) is "
+                  "far tighter; or sum in chunks of b terms, x.reshape(-1, b).sum(axis=1).sum(): "
+                  "a rigorous bound of about (b + n/b)·u")
+
+
 def acc_delta(self, prim_name, fmt):
     """Relative error bound of one addition in format fmt: ulps·2^(1-p)."""
     acc = self.accuracy(prim_name, fmt)
@@ -54,6 +69,7 @@ def _reduce_sum(self, prim, a, *, axis=None, keepdims=False, dtype=None):
             Facc = prec.accumulate
             c = self.sum_gamma(max(n - 1, 0), acc_delta(self, "reduce_sum", Facc),
                                self.accuracy("reduce_sum", Facc).ulps == 0.5)
+            note_long_sum(self, "sum", n, acc_delta(self, "reduce_sum", Facc), Facc)
             cm = self.partial_sum_gamma(max(n - 1, 0), acc_delta(self, "reduce_sum", Facc))
             if cm < math.inf:   # through the partial sums, where tighter (cancelling terms)
                 s_part = np.maximum(np.sum(np.maximum(hi, 0.0), axis=axis, keepdims=keepdims),
@@ -123,6 +139,7 @@ def _cumsum(self, prim, a, *, axis, dtype=None):
         if F_out is not None:
             Facc = self.resolve("cumsum", np.dtype(dtype) if dtype is not None else out_dt).accumulate
             d = acc_delta(self, "cumsum", Facc)
+            note_long_sum(self, "cumsum", n, d, Facc)
             km1 = k - 1
             c = np.where(km1 * d < 1, km1 * d / (1 - km1 * d), np.inf) if self.bound == "rigorous" \
                 else np.vectorize(lambda m: self.gamma(int(m), d))(km1)
