@@ -18,8 +18,13 @@ matmul in float32) is rounded back to the operands' dtype, as a framework does.
 ``log_softmax(x, axis)``            (x - max) - log(sum(exp(x - max)))
 ``layer_norm``                      (x - mean) / sqrt(var + eps) * weight + bias (biased variance)
 ``rms_norm``                        x / sqrt(mean(x^2) + eps) * weight
+``group_norm`` / ``instance_norm``  layer_norm of each sample's channel groups, then per channel
+``norm_stats``                      (mean, 1 / sqrt(var + eps)): a normalization's statistics
 ``conv`` (``conv1d/2d``)            cross-correlation: im2col by strided slicing + one matmul
 ``max_pool`` / ``avg_pool``         the same windows, reduced: max, or sum / count (and 1d/2d)
+``conv_transpose``                  the adjoint of conv (this and the next two: :mod:`fpx.nn_spatial`)
+``adaptive_avg_pool``               windows [floor(i n/m), ceil((i+1) n/m)), sum / length per dim
+``upsample_nearest``                a gather at PyTorch's nearest source indices
 ``scaled_dot_product_attention``    softmax(q k^T * scale + mask) v
 ``cross_entropy``                   -log_softmax(logits)[label] (or -sum(p * log_softmax))
 ``linear(x, w, b)``                 x @ w.T + b (PyTorch weight layout)
@@ -45,9 +50,10 @@ from fpx.kernels import conv as _kconv
 
 __all__ = [
     "relu", "sigmoid", "silu", "gelu", "softmax", "log_softmax", "layer_norm", "rms_norm",
-    "batch_norm",
-    "conv", "conv1d", "conv2d", "max_pool", "max_pool1d", "max_pool2d", "avg_pool",
-    "avg_pool1d", "avg_pool2d", "scaled_dot_product_attention", "cross_entropy", "linear",
+    "batch_norm", "group_norm", "instance_norm", "norm_stats",
+    "conv", "conv_transpose", "conv1d", "conv2d", "max_pool", "max_pool1d", "max_pool2d", "avg_pool",
+    "avg_pool1d", "avg_pool2d", "adaptive_avg_pool", "upsample_nearest",
+    "scaled_dot_product_attention", "cross_entropy", "linear",
     "embedding",
 ]
 
@@ -355,6 +361,59 @@ def batch_norm(x, mean, var, weight=None, bias=None, eps=1e-5, *, axis=1):
             raise ValueError(f"fpx.nn.batch_norm: {name} must have shape ({c},) (the channels "
                              f"of axis {ax}), got {_shape(p)}")
     return _batch_norm.bind(x, mean, var, weight, bias, axis=ax, eps=float(eps))
+
+
+def _group_norm_decomp(x, weight, bias, *, groups, eps):
+    """Each sample's ``groups`` channel groups (with their spatial values) a row of
+    ``layer_norm`` without affine, then ``· weight + bias`` per channel (dim 1)."""
+    shp = _shape(x)
+    rows = fnp.reshape(x, (shp[0] * groups, -1))
+    y = fnp.reshape(_layer_norm.bind(rows, None, None, axes=(1,), eps=eps), shp)
+    bc = (1, shp[1]) + (1,) * (len(shp) - 2)
+    return _affine(y, None if weight is None else fnp.reshape(weight, bc),
+                   None if bias is None else fnp.reshape(bias, bc))
+
+
+_group_norm = Composite("group_norm", _group_norm_decomp, kind="reduction")
+
+
+def group_norm(x, num_groups, weight=None, bias=None, eps=1e-5):
+    """Group normalization (``F.group_norm``) of x (N, C, *spatial): each sample's C/G
+    channels of a group, with their spatial values, normalized by their own mean and biased
+    variance (a row of :func:`layer_norm`), then ``· weight + bias`` per channel."""
+    shp = _shape(x)
+    g = operator.index(num_groups)
+    if len(shp) < 2 or g < 1 or shp[1] % g:
+        raise ValueError(f"fpx.nn.group_norm: {num_groups} groups do not divide the channels "
+                         f"(dim 1) of an input of shape {shp}")
+    for name, p in (("weight", weight), ("bias", bias)):
+        if p is not None and _shape(p) != (shp[1],):
+            raise ValueError(f"fpx.nn.group_norm: {name} must have shape ({shp[1]},), got "
+                             f"{_shape(p)}")
+    return _group_norm.bind(x, weight, bias, groups=g, eps=float(eps))
+
+
+def instance_norm(x, weight=None, bias=None, eps=1e-5):
+    """Instance normalization (``F.instance_norm`` without running statistics): each
+    (sample, channel) of x (N, C, *spatial) normalized over its spatial values, then
+    ``· weight + bias`` per channel -- :func:`group_norm` with one channel per group."""
+    if len(_shape(x)) < 3:
+        raise ValueError(f"fpx.nn.instance_norm: input must be (N, C, *spatial), got shape "
+                         f"{_shape(x)}")
+    return group_norm(x, _shape(x)[1], weight, bias, eps)
+
+
+def norm_stats(x, axis=-1, eps=1e-5):
+    """``(mean, rstd)`` of x over ``axis`` (int or tuple; dims kept): ``mean(x)`` and
+    ``1 / sqrt(mean((x - mean)²) + eps)``, the statistics a layer or group norm divides by
+    (what torch's ``native_layer_norm`` / ``native_group_norm`` also return)."""
+    nd = len(_shape(x))
+    axes = tuple(sorted({_axis(a, nd) for a in (axis if isinstance(axis, (tuple, list))
+                                                else (axis,))}))
+    mu = fnp.mean(x, axes, keepdims=True)
+    d = fnp.subtract(x, mu)
+    v = fnp.mean(fnp.multiply(d, d), axes, keepdims=True)
+    return mu, fnp.divide(_c(1, x), fnp.sqrt(fnp.add(v, _c(eps, x))))
 
 
 # --------------------------------------------------------------------------------------------
@@ -881,3 +940,6 @@ def embedding(ids, table):
     if _dtype(ids).kind not in "iu":
         raise TypeError(f"fpx.nn.embedding: ids must be integers, got dtype {_dtype(ids)}")
     return _embedding.bind(ids, table)
+
+
+from fpx.nn_spatial import adaptive_avg_pool, conv_transpose, upsample_nearest  # noqa: E402,F401

@@ -119,12 +119,12 @@ def classify(target, reference, *args, policy=None, bound: str = "rigorous",
 
     Torch programs (``fpx.transform.adapt``): ``target`` may be a ``torch.nn.Module`` or a
     function of torch tensors, ``reference`` torch tensors, a module or a function. When both
-    are modules, the analysis is **layer by layer** (``fpx.interop.torch.classify_layers``:
+    are modules, the analysis is **layer by layer** (``fpx.transforms.classify_layers``:
     the paper's NN-level reduction; ``layers`` maps or lists the layer names, ``start``/``end``
     restrict it to a contiguous range) unless ``layers=False``.
     """
     if layers is not False and _is_module(target) and _is_module(reference):
-        from fpx.interop.torch import classify_layers
+        from fpx.transforms.classify_layers import classify_layers
         return classify_layers(target, reference, *args, policy=policy, bound=bound,
                                confidence=confidence, branches=branches, matmul=matmul,
                                start=start, end=end, layers=layers, **kwargs)

@@ -61,6 +61,12 @@ class Interval:
         self.lo, self.hi, self.value, self.unstable = lo, hi, value, unstable
         return self
 
+    def _fpx_convert(self, convert):
+        """The same interval with its ``value`` converted by ``convert`` (a framework
+        adapter's array <-> tensor conversion, ``fpx.transform.adapt``): the same numbers, so
+        no second check of lo <= value <= hi."""
+        return Interval._trusted(self.lo, self.hi, convert(self.value), self.unstable)
+
     @classmethod
     def around(cls, value, radius=0.0, rel=0.0):
         """``value ± (radius + rel·|value|)`` (outward rounded), keeping ``value``'s dtype;

@@ -1,0 +1,169 @@
+"""The export path of the torch adapter: ``torch.export`` captures a module as a graph of
+core-ATen ops (fpx's composites kept whole), and :func:`graph_fn` turns that graph into a
+pure fpx function ``fn(params, *inputs)`` that runs each node's handler."""
+from __future__ import annotations
+
+import contextlib
+import io
+import logging
+import operator
+import threading
+import warnings
+
+import numpy as np
+import torch
+import torch.utils._pytree as _pytree
+
+from fpx.core import FpxError
+from fpx.interop.torch.table import (Ctx, UnmappedOpError, conform, getitem, is_arr, lookup,
+                                     meta_of)
+
+_KEEP = ("aten.linear.default", "aten.scaled_dot_product_attention.default")
+
+
+# torch.export is not thread-safe (its fake mode, and a non-strict export swaps the module's
+# parameters for fake tensors while it runs), and _quiet changes process-wide state (logger
+# levels, warning filters, sys.stdout/stderr): every export, and every read of the program cache
+# and of a module's parameters, holds this lock, so no thread sees another's fakes and each
+# _quiet restores exactly what it replaced.
+LOCK = threading.RLock()
+
+
+@contextlib.contextmanager
+def _quiet():
+    """Silence torch.export's logs (its failed-meta tracebacks are logged at ERROR level,
+    through handlers that hold the original stderr), warnings and prints, under ``LOCK``."""
+    names = ["torch.export_program", "torch.export", "torch.fx.experimental.symbolic_shapes",
+             "torch._dynamo", "torch._subclasses.fake_tensor"]
+    with LOCK:
+        loggers = [logging.getLogger(n) for n in names]
+        levels = [lg.level for lg in loggers]
+        for lg in loggers:
+            lg.setLevel(logging.CRITICAL + 1)
+        sink = io.StringIO()
+        try:
+            with warnings.catch_warnings(), contextlib.redirect_stdout(sink), \
+                    contextlib.redirect_stderr(sink):
+                warnings.simplefilter("ignore")
+                yield
+        finally:
+            for lg, lv in zip(loggers, levels):
+                lg.setLevel(lv)
+
+
+def export_program(module, args, kwargs):
+    with _quiet():
+        ep = torch.export.export(module, tuple(args), kwargs=dict(kwargs or {}), strict=False)
+        table = torch.export.default_decompositions()
+        for op in list(table.keys()):
+            if str(op) in _KEEP:
+                del table[op]
+        table.update(_extra_decompositions())
+        return ep.run_decompositions(table)
+
+
+def _extra_decompositions():
+    """Ops that core ATen keeps but fpx runs as torch's own decomposition into core ops:
+    bilinear upsampling (``F.interpolate(mode="bilinear")``) -- the source indices and weights
+    computed by interval ops, the gathers and the weighted sums as the kernel does them (its
+    linear and trilinear siblings are decomposed by default)."""
+    from torch._decomp import decomposition_table
+    ops = (torch.ops.aten.upsample_bilinear2d.vec, torch.ops.aten.upsample_bilinear2d.default)
+    return {op: decomposition_table[op] for op in ops if op in decomposition_table}
+
+
+class FnModule(torch.nn.Module):
+    def __init__(self, f):
+        super().__init__()
+        self.f = f
+
+    def forward(self, *args, **kwargs):
+        return self.f(*args, **kwargs)
+
+
+def graph_fn(ep, xp=np):
+    """The fpx function ``fn(params, *args, **kwargs)`` of an exported program."""
+    from torch.export.graph_signature import ConstantArgument, InputKind, OutputKind
+    sig = ep.graph_signature
+    graph = ep.graph
+    nodes = list(graph.nodes)
+    placeholders = [n for n in nodes if n.op == "placeholder"]
+    inputs = []          # (node, kind, ref): ref is the state name, or a constant's value
+    for n, spec in zip(placeholders, sig.input_specs):
+        if spec.kind == InputKind.USER_INPUT and isinstance(spec.arg, ConstantArgument):
+            # a Python scalar (or None) argument: export specializes the program on its
+            # value, which keys the program cache (``_signature``)
+            inputs.append((n, "const", spec.arg.value))
+        elif spec.kind == InputKind.USER_INPUT:
+            inputs.append((n, "user", None))
+        elif spec.kind in (InputKind.PARAMETER, InputKind.BUFFER, InputKind.CONSTANT_TENSOR):
+            inputs.append((n, "state", spec.target))
+        else:
+            raise FpxError(f"fpx.interop.torch: exported input of kind {spec.kind} is not "
+                           "supported")
+    for spec in sig.output_specs:
+        if spec.kind not in (OutputKind.USER_OUTPUT,):
+            raise FpxError(f"fpx.interop.torch: the program mutates state ({spec.kind.name} "
+                           f"'{spec.target}'); fpx bounds pure programs: call module.eval() "
+                           "(batch-norm statistics) or remove the in-place state update")
+    calls, unmapped = [], []
+    for n in nodes:
+        if n.op != "call_function":
+            continue
+        if n.target is operator.getitem:
+            name, h = "<built-in function getitem>", getitem
+        else:
+            name, h = lookup(n.target) if hasattr(n.target, "overloadpacket") else \
+                (str(n.target), None)
+        if h is None:
+            unmapped.append(f"'{name}' (node {n.name})")
+        calls.append((n, h, Ctx(name, meta_of(n.meta.get("val")), xp)))
+    if unmapped:
+        op = unmapped[0].split("'")[1]
+        raise UnmappedOpError(op, f" (in the exported graph; all unmapped: "
+                                  f"{', '.join(unmapped)})")
+    # free each value after its last use
+    last = {}
+    for i, (n, _, _) in enumerate(calls):
+        for a in n.all_input_nodes:
+            last[a] = i
+    out_node = nodes[-1]
+    for a in out_node.all_input_nodes:
+        last[a] = len(calls)
+    frees = [[] for _ in range(len(calls) + 1)]
+    for a, i in last.items():
+        frees[i].append(a)
+    n_user = sum(1 for _, k, _ in inputs if k == "user")
+    out_spec = ep.call_spec.out_spec
+    user_out = [i for i, s in enumerate(sig.output_specs) if s.kind == OutputKind.USER_OUTPUT]
+
+    def sub(a, env):
+        if isinstance(a, torch.fx.Node):
+            return env[a]
+        if isinstance(a, (list, tuple)):
+            return type(a)(sub(x, env) for x in a)
+        if isinstance(a, dict):
+            return {k: sub(v, env) for k, v in a.items()}
+        return a
+
+    def fn(params, *args, **kwargs):
+        leaves = [x for x in _pytree.tree_leaves((args, kwargs))]
+        user_vals = [x for x in leaves if is_arr(x)]
+        if len(user_vals) != n_user:
+            raise TypeError(f"fpx.interop.torch: the exported program takes {n_user} array "
+                            f"input(s), got {len(user_vals)}")
+        env, it = {}, iter(user_vals)
+        for n, kind, ref in inputs:
+            env[n] = next(it) if kind == "user" else ref if kind == "const" else params[ref]
+        for i, (n, h, ctx) in enumerate(calls):
+            a = sub(n.args, env)
+            k = sub(n.kwargs, env)
+            env[n] = conform(h(ctx, *a, **k), ctx)
+            for dead in frees[i]:
+                if dead in env and dead is not n:
+                    del env[dead]
+        outs = [sub(a, env) for a in out_node.args[0]]
+        outs = [outs[i] for i in user_out]
+        return _pytree.tree_unflatten(outs, out_spec)
+    return fn
+
