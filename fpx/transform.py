@@ -1,5 +1,6 @@
-"""Shared plumbing for transforms: wrap a function's array inputs as tracers of a new
-interpreter, run it with that interpreter current, and unwrap the outputs.
+"""The plumbing every transform shares: adapt a program from another framework, wrap its
+inputs as tracers of a new interpreter, run it with that interpreter current, and unwrap the
+outputs (:func:`transformed`, :func:`run`, :func:`adapt`).
 
 Which leaves become tracers: arrays (NumPy, CuPy, NumPy scalars) of a real floating-point,
 integer or bool dtype, and tracers of enclosing transforms. Python scalars stay constants (as
@@ -40,9 +41,22 @@ def check_dtype(x, where: str) -> None:
 
 def run(interp_factory: Callable[[Interpreter], Interpreter],
         make_tracer: Callable[[Interpreter, object], Tracer],
-        f: Callable, args: tuple, kwargs: dict):
-    """Run ``f(*args, **kwargs)`` under a fresh interpreter; return (interpreter, outputs with
-    this interpreter's tracers still in place, as a pytree)."""
+        f: Callable, args: tuple, kwargs: dict,
+        unwrap: Callable[[Interpreter, object], object] | None = None, *,
+        accepts: Callable[[object], bool] | None = None):
+    """Run ``f(*args, **kwargs)`` under a fresh interpreter: the one way every transform runs
+    a program. Returns ``(interpreter, outputs)`` (a pytree like ``f``'s).
+
+    * ``interp_factory(parent)`` builds the interpreter; its parent is the current one.
+    * Input leaves become tracers through ``make_tracer(interp, leaf)``: every array leaf
+      (:func:`is_array_leaf`; its dtype checked by :func:`check_dtype` first) and every leaf
+      for which ``accepts(leaf)`` is true (interval's ``Interval`` inputs, say). Other leaves
+      stay constants.
+    * ``unwrap(interp, leaf)`` turns each output leaf that is an array leaf (the interpreter's
+      own tracers -- :func:`own` -- among them) or a Python bool/int/float into the transform's
+      result; other leaves are returned as they are. Without ``unwrap`` the outputs keep the
+      interpreter's tracers.
+    """
     interp = interp_factory(current_interpreter())
     leaves, td = tree.flatten((args, kwargs))
     wrapped = []
@@ -50,12 +64,35 @@ def run(interp_factory: Callable[[Interpreter], Interpreter],
         if is_array_leaf(x):
             check_dtype(x, f"input leaf {i} of {getattr(f, '__name__', 'f')}")
             wrapped.append(make_tracer(interp, x))
+        elif accepts is not None and accepts(x):
+            wrapped.append(make_tracer(interp, x))
         else:
             wrapped.append(x)
     a, k = tree.unflatten(td, wrapped)
     with using(interp):
         out = f(*a, **k)
-    return interp, out
+    if unwrap is None:
+        return interp, out
+    o_leaves, o_td = tree.flatten(out)
+    return interp, tree.unflatten(o_td, [
+        unwrap(interp, x) if is_array_leaf(x) or isinstance(x, (bool, int, float)) else x
+        for x in o_leaves])
+
+
+def transformed(f: Callable, body: Callable[["Adapted"], object],
+                check: Callable[[tuple, dict], None] | None = None) -> Callable:
+    """The function a transform hands back for the user's ``f``: each call adapts ``f`` and
+    its inputs (:func:`adapt`: torch modules and tensors become an fpx program on arrays),
+    computes ``body(ad)`` -- the transform's outputs, usually through :func:`run` -- and
+    returns them in the user's types (``ad.to_user``). ``check(args, kwargs)``, if given, sees
+    the user's inputs first."""
+    @wraps(f)
+    def call(*args, **kwargs):
+        if check is not None:
+            check(args, kwargs)
+        ad = adapt(f, args, kwargs)
+        return ad.to_user(body(ad))
+    return call
 
 
 def on_host(f, leaves):

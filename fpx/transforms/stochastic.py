@@ -36,16 +36,11 @@ from fpx import formats as _formats
 from fpx import primitives as _prims
 from fpx import tree
 
-from fpx.core import EvalInterpreter, FpxError, Interpreter, Tracer, concrete, \
-    current_interpreter, using
+from fpx.core import EvalInterpreter, FpxError, Interpreter, Tracer, concrete, current_interpreter
 from fpx.core import is_cupy as _is_cupy, to_host as _host
-
-
-def _dtype_of(v):
-    return v.dtype if hasattr(v, "dtype") else np.asarray(v).dtype
 from fpx.kernels import stochastic as _K
 from fpx.policy import get_policy
-from fpx.transform import adapt, check_dtype, is_array_leaf, on_host, wraps
+from fpx.transform import is_array_leaf, on_host, own, run, transformed
 
 __all__ = ["stochastic", "StochasticInterpreter", "NestingError", "sample_keys", "MODES"]
 
@@ -90,6 +85,10 @@ def sample_keys(seed: int, indices) -> np.ndarray:
         st = np.random.SeedSequence(seed, spawn_key=(int(i),)).generate_state(2, np.uint32)
         out[j] = (np.uint64(st[0]) << np.uint64(32)) | np.uint64(st[1])
     return out
+
+
+def _dtype_of(v):
+    return v.dtype if hasattr(v, "dtype") else np.asarray(v).dtype
 
 
 def _fmt(dt):
@@ -789,15 +788,7 @@ def stochastic(f=None, mode: str = "sr", *, samples: int = 10, seed: int = 0, po
     options = dict(mode=mode, seed=int(seed), policy=policy, granularity=granularity,
                    vectorize=vectorize, order=order, t=t, mca_mode=mca_mode)
 
-    @wraps(f)
-    def sampled(*args, **kwargs):
-        outer = current_interpreter()
-        if not isinstance(outer, EvalInterpreter):
-            raise _nesting_error("stochastic", _transform_name(outer))
-        for x in tree.flatten((args, kwargs))[0]:
-            if isinstance(x, Tracer):        # another transform's value, handed in from outside
-                raise _nesting_error("stochastic", _transform_name(x._interp))
-        ad = adapt(f, args, kwargs)          # torch modules / functions of tensors
+    def sampled(ad):
         fn, a, k = ad.fn, ad.args, ad.kwargs
         leaves, td = tree.flatten((a, k))
         on_gpu = any(_is_cupy(x) for x in leaves)
@@ -811,8 +802,18 @@ def stochastic(f=None, mode: str = "sr", *, samples: int = 10, seed: int = 0, po
             import cupy
             out = tree.tree_map(lambda x: cupy.asarray(x) if isinstance(x, np.ndarray) else x,
                                 out)
-        return ad.to_user(out)
-    return sampled
+        return out
+    return transformed(f, sampled, check=_check_outermost)
+
+
+def _check_outermost(args, kwargs):
+    """fpx.stochastic runs outermost: no enclosing transform, no other transform's values."""
+    outer = current_interpreter()
+    if not isinstance(outer, EvalInterpreter):
+        raise _nesting_error("stochastic", _transform_name(outer))
+    for x in tree.flatten((args, kwargs))[0]:
+        if isinstance(x, Tracer):        # another transform's value, handed in from outside
+            raise _nesting_error("stochastic", _transform_name(x._interp))
 
 
 def _run(f, args, kwargs, S, options, executor, progress):
@@ -845,17 +846,19 @@ def _run(f, args, kwargs, S, options, executor, progress):
     finally:
         if bar is not None:
             bar.close()
-    leaves0, td = tree.flatten(results[0])
-    parts = [tree.flatten(r)[0] for r in results]
+    return _concat_samples(results)
+
+
+def _concat_samples(parts, host=False):
+    """Outputs of runs over consecutive samples (one pytree each) joined along the sample
+    axis; ``host``: as NumPy arrays."""
+    leaves0, td = tree.flatten(parts[0])
+    flat = [tree.flatten(p)[0] for p in parts]
     out = []
     for i, x in enumerate(leaves0):
         if is_array_leaf(x):
-            xs = [p[i] for p in parts]
-            if _is_cupy(xs[0]):
-                import cupy
-                out.append(cupy.concatenate(xs, axis=0))
-            else:
-                out.append(np.concatenate(xs, axis=0))
+            xs = [_host(p[i]) if host else p[i] for p in flat]
+            out.append(_xp(xs[0]).concatenate(xs, axis=0))
         else:
             out.append(x)
     return tree.unflatten(td, out)
@@ -902,37 +905,20 @@ def run_samples(f, args, kwargs, indices, options):
     keys = sample_keys(options["seed"], indices)
     if options["mode"] == "ieee":
         out = f(*args, **kwargs)
-        return _stack_outputs([out], len(indices), broadcast=True)
+        return _repeat_outputs(out, len(indices))
     if options["vectorize"] and len(indices) > 0:
         try:
             return _run_once(f, args, kwargs, keys, options, per_sample=False)
         except _NeedsPerSample:
             pass
-    outs = [_run_once(f, args, kwargs, keys[j:j + 1], options, per_sample=True)
-            for j in range(len(indices))]
-    leaves0, td = tree.flatten(outs[0])
-    parts = [tree.flatten(o)[0] for o in outs]
-    res = []
-    for i, x in enumerate(leaves0):
-        if is_array_leaf(x):
-            res.append(np.concatenate([_host(p[i]) for p in parts], axis=0))
-        else:
-            res.append(x)
-    return tree.unflatten(td, res)
+    return _concat_samples([_run_once(f, args, kwargs, keys[j:j + 1], options, per_sample=True)
+                            for j in range(len(indices))], host=True)
 
 
-def _stack_outputs(outs, S, broadcast=False):
-    leaves, td = tree.flatten(outs[0])
-    res = []
-    for x in leaves:
-        if is_array_leaf(x) or isinstance(x, (bool, int, float)):
-            c = concrete(x)
-            xp = _xp(c)
-            c = xp.asarray(c)
-            res.append(xp.ascontiguousarray(xp.broadcast_to(c[None], (S,) + c.shape)))
-        else:
-            res.append(x)
-    return tree.unflatten(td, res)
+def _repeat_outputs(out, S):
+    """The outputs of an unperturbed run as S identical samples."""
+    return tree.tree_map(lambda x: _repeat(concrete(x), S)
+                         if is_array_leaf(x) or isinstance(x, (bool, int, float)) else x, out)
 
 
 def _xp(c):
@@ -942,36 +928,27 @@ def _xp(c):
     return np
 
 
-def _run_once(f, args, kwargs, keys, options, per_sample):
-    interp = StochasticInterpreter(current_interpreter(), options["mode"], keys,
-                                   policy=options["policy"], granularity=options["granularity"],
-                                   order=options["order"], t=options["t"],
-                                   mca_mode=options["mca_mode"], per_sample=per_sample)
-    leaves, td = tree.flatten((args, kwargs))
-    wrapped = []
-    for i, x in enumerate(leaves):
-        if is_array_leaf(x):
-            check_dtype(x, f"input leaf {i} of {getattr(f, '__name__', 'f')}")
-            wrapped.append(StochasticTracer(interp, x, False))
-        else:
-            wrapped.append(x)
-    a, k = tree.unflatten(td, wrapped)
-    with using(interp):
-        out = f(*a, **k)
-    S = len(keys)
-    o_leaves, o_td = tree.flatten(out)
-    res = []
-    for x in o_leaves:
-        if isinstance(x, StochasticTracer) and x._interp is interp:
-            v = x.primal
-            if not x.batched:
-                xp = _xp(v)
-                v = xp.ascontiguousarray(xp.broadcast_to(xp.asarray(v)[None], (S,) + tuple(v.shape)))
-            res.append(v)
-        elif is_array_leaf(x) or isinstance(x, (bool, int, float)):
-            c = np.asarray(concrete(x))
-            res.append(np.ascontiguousarray(np.broadcast_to(c[None], (S,) + c.shape)))
-        else:
-            res.append(x)
-    return tree.unflatten(o_td, res)
+def _repeat(v, S):
+    """``v`` repeated along a new leading sample axis of length ``S`` (contiguous)."""
+    xp = _xp(v)
+    v = xp.asarray(v)
+    return xp.ascontiguousarray(xp.broadcast_to(v[None], (S,) + tuple(v.shape)))
 
+
+def _run_once(f, args, kwargs, keys, options, per_sample):
+    """One vectorized pass over the samples of ``keys``: outputs with a leading sample axis."""
+    def interpreter(parent):
+        return StochasticInterpreter(parent, options["mode"], keys, policy=options["policy"],
+                                     granularity=options["granularity"], order=options["order"],
+                                     t=options["t"], mca_mode=options["mca_mode"],
+                                     per_sample=per_sample)
+
+    def with_sample_axis(interp, x):
+        if own(interp, x) and x.batched:
+            return x.primal
+        return _repeat(x.primal if own(interp, x) else concrete(x), len(keys))
+    return run(interpreter, _input, f, args, kwargs, with_sample_axis)[1]
+
+
+def _input(interp, x):
+    return StochasticTracer(interp, x, False)

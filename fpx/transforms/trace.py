@@ -16,7 +16,7 @@ import numpy as np
 
 from fpx import tree
 from fpx.core import Composite, Interpreter, Primitive, Tracer
-from fpx.transform import adapt, own, run, wraps
+from fpx.transform import own, run, transformed
 
 __all__ = ["trace", "TraceRecord", "Eqn", "Var"]
 
@@ -162,19 +162,17 @@ def trace(f, *, inline: bool = False):
     function of torch tensors) is traced through the program ``fpx.interop.torch`` builds from
     it; ``record.outputs`` are then torch tensors.
     """
-    @wraps(f)
-    def traced(*args, **kwargs):
+    def traced(ad):
         invars = []
 
         def make(interp, x):
             t = TraceTracer(interp, x, interp.new_var(x))
             invars.append(t.tvar)
             return t
-        ad = adapt(f, args, kwargs)
         interp, out = run(lambda p: TraceInterpreter(p, inline), make, ad.fn, ad.args,
                           ad.kwargs)
         leaves, td = tree.flatten(out)
         outvars = [x.tvar if own(interp, x) else x for x in leaves]
         values = tree.unflatten(td, [x.primal if own(interp, x) else x for x in leaves])
-        return ad.to_user(TraceRecord(invars, interp.eqns, outvars, values))
-    return traced
+        return TraceRecord(invars, interp.eqns, outvars, values)
+    return transformed(f, traced)

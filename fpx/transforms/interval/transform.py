@@ -1,14 +1,14 @@
-"""``fpx.interval``, the transform's entry point: wraps a program, runs it under an
-:class:`IntervalInterpreter` (inputs as tracers, outputs as :class:`Interval` objects), and
-runs CuPy programs with their bounds computed on host copies."""
+"""``fpx.interval``, the transform's entry point: runs a program under an
+:class:`IntervalInterpreter` through :func:`fpx.transform.run` (inputs as tracers, outputs as
+:class:`Interval` objects), and runs CuPy programs with their bounds computed on host copies."""
 from __future__ import annotations
 
 import numpy as np
 
 from fpx import formats as _formats
 from fpx import tree
-from fpx.core import FpxError, Tracer, concrete, current_interpreter, is_cupy, to_host, using
-from fpx.transform import adapt, as_array, check_dtype, is_array_leaf, on_host, wraps
+from fpx.core import FpxError, Tracer, concrete, is_cupy, to_host
+from fpx.transform import as_array, on_host, own, run, transformed
 from fpx.transforms.interval.enclosure import as_f64, flush_inputs
 from fpx.transforms.interval.interpreter import IntervalInterpreter, IntervalTracer
 from fpx.transforms.interval.result import Interval, is_point
@@ -37,62 +37,57 @@ def interval(f=None, *, policy=None, branches: str = "hull", bound: str = "rigor
         return lambda g: interval(g, policy=policy, branches=branches, bound=bound,
                                   confidence=confidence, matmul=matmul)
 
-    @wraps(f)
-    def bounded(*args, **kwargs):
-        ad = adapt(f, args, kwargs)
-        interp, out = run_interval(ad.fn, ad.args, ad.kwargs, trace_floats=ad.framework is None,
-                                   policy=ad.policy if policy is None else policy,
-                                   branches=branches, bound=bound, confidence=confidence,
-                                   matmul=matmul)
-        return ad.to_user(out)
-    return bounded
+    def bounded(ad):
+        return run_interval(ad.fn, ad.args, ad.kwargs, trace_floats=ad.framework is None,
+                            policy=ad.policy if policy is None else policy, branches=branches,
+                            bound=bound, confidence=confidence, matmul=matmul)[1]
+    return transformed(f, bounded)
 
 
 def run_interval(f, args, kwargs, trace_floats=True, **options):
     """Run ``f`` under a new :class:`IntervalInterpreter`; return (interpreter, outputs as
     Intervals). ``classify`` uses this to read the interpreter's events. ``trace_floats``:
     Python float inputs are traced (a framework's program takes them as fixed arguments)."""
-    leaves, td = tree.flatten((args, kwargs))
-    if any(on_device(x) for x in leaves):
-        return _run_interval_from_device(f, leaves, td, trace_floats=trace_floats, **options)
-    interp = IntervalInterpreter(current_interpreter(), **options)
-    wrapped = [_input(interp, x, i, f, trace_floats) for i, x in enumerate(leaves)]
-    a, k = tree.unflatten(td, wrapped)
-    with using(interp):
-        out = f(*a, **k)
-    o_leaves, o_td = tree.flatten(out)
-    res = []
-    for x in o_leaves:
-        if isinstance(x, IntervalTracer) and x._interp is interp:
-            res.append(Interval._trusted(x.lo, x.hi, x.primal, x.unstable))
-        elif is_array_leaf(x) or isinstance(x, (bool, int, float)):
-            c = as_f64(concrete(x))
-            res.append(Interval(c, c, x))
-        else:
-            res.append(x)
-    return interp, tree.unflatten(o_td, res)
+    if any(on_device(x) for x in tree.flatten((args, kwargs))[0]):
+        return _run_interval_from_device(f, args, kwargs, trace_floats=trace_floats, **options)
+    return run(lambda parent: IntervalInterpreter(parent, **options), _input, f, args, kwargs,
+               _output, accepts=_traced_float if trace_floats else _is_interval)
 
 
-def _input(interp, x, i, f, trace_floats):
+def _is_interval(x) -> bool:
+    return isinstance(x, Interval)
+
+
+def _traced_float(x) -> bool:
+    return isinstance(x, Interval) or type(x) is float
+
+
+def _input(interp, x):
     """An input leaf as the interpreter's tracer: an Interval, an array (a point), or a Python
-    float (a point, weak as NumPy takes it); anything else stays a constant."""
+    float (a point, weak as NumPy takes it)."""
     if isinstance(x, Interval):
         value, lo, hi, point = x.value, x.lo, x.hi, is_point(x.lo, x.hi)
-    elif is_array_leaf(x):
-        check_dtype(x, f"input leaf {i} of {getattr(f, '__name__', 'f')}")
-        value, point = x, True
-        lo = hi = as_f64(concrete(x))
-    elif type(x) is float and trace_floats:
+    elif type(x) is float:
         value, point = x, True
         lo = hi = np.float64(x)
     else:
-        return x
+        value, point = x, True
+        lo = hi = as_f64(concrete(x))
     F = interp.fmt(np.asarray(concrete(as_array(value))).dtype)
     if isinstance(F, _formats.FlushedFormat):
         lo, hi, moved = flush_inputs(lo, hi, F)
         point = point and not moved
     return IntervalTracer(interp, value, lo, hi, x.unstable if isinstance(x, Interval) else None,
                           point)
+
+
+def _output(interp, x):
+    """An output leaf as an Interval: the interpreter's tracer with its bounds, anything else
+    (a constant) as a point."""
+    if own(interp, x):
+        return Interval._trusted(x.lo, x.hi, x.primal, x.unstable)
+    c = as_f64(concrete(x))
+    return Interval(c, c, x)
 
 
 def on_device(x) -> bool:
@@ -104,7 +99,7 @@ def on_device(x) -> bool:
     return is_cupy(x)
 
 
-def _run_interval_from_device(f, leaves, td, trace_floats=True, **options):
+def _run_interval_from_device(f, args, kwargs, trace_floats=True, **options):
     """CuPy inputs. The rules' NumPy calls and numba kernels are CPU code, so the bounds are
     computed on host copies of the inputs (the transfer is exact) under the ``"cupy"`` policy
     unless one is given (a torch program's default is torch's CUDA policy); the program runs
@@ -113,6 +108,7 @@ def _run_interval_from_device(f, leaves, td, trace_floats=True, **options):
     arithmetic: the bound holds for any summation order, and the policy gives the CUDA math
     library's documented errors, CuPy's float16 accumulation and its flush-to-zero."""
     import cupy
+    leaves, td = tree.flatten((args, kwargs))
     host = [Interval._trusted(to_host(x.lo), to_host(x.hi), to_host(concrete(as_array(x.value))),
                               None if x.unstable is None else to_host(x.unstable))
             if isinstance(x, Interval) else x for x in leaves]
