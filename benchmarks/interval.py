@@ -12,11 +12,17 @@
    evaluating the bound's own GEMM in float32 (where no AMX runs it in bfloat16), which RENDER
    does not account for -- and within 1.5x for interval inputs (the known midpoint-radius
    overestimate).
-Both measured in one run; prints a final JSON line.
+3. At scale: ``tanh(2x + 1)`` on 4e7 float32 elements (4e6 with ``--quick``) plain, under
+   ``fpx.interval`` and under ``fpx.chunked(fpx.interval(f), 2**20)``: time and peak resident
+   memory above the process's before the call (Linux: VmHWM after resetting it), as ratios to
+   the plain program; the chunked bound must equal the unchunked one bit for bit.
+All measured in one run; prints a final JSON line.
 """
 from __future__ import annotations
 
+import ctypes
 import json
+import time
 
 import numpy as np
 
@@ -40,6 +46,49 @@ def make_mlp(batch=256, width=1024, layers=4, seed=0):
                 x = np.maximum(x, 0)
         return x
     return mlp, x
+
+
+def peak_rss(fn):
+    """(seconds, peak resident bytes above those before the call) of one call of ``fn``;
+    the peak is Linux's VmHWM, reset first (/proc/self/clear_refs), after glibc has handed
+    back the memory it kept from earlier calls (malloc_trim); None elsewhere."""
+    try:
+        ctypes.CDLL("libc.so.6").malloc_trim(0)
+    except (OSError, AttributeError):
+        pass
+
+    def status(key):
+        with open("/proc/self/status") as f:
+            return next(int(line.split()[1]) * 1024 for line in f if line.startswith(key))
+    try:
+        with open("/proc/self/clear_refs", "w") as f:
+            f.write("5")
+        before = status("VmRSS:")
+    except OSError:
+        before = None
+    t = time.perf_counter()
+    out = fn()
+    t = time.perf_counter() - t
+    del out
+    return t, None if before is None else status("VmHWM:") - before
+
+
+def at_scale(n, chunk, rounds):
+    """Plain, interval and chunked interval of tanh(2x + 1) on n float32 elements."""
+    x = np.random.default_rng(2).standard_normal(n).astype(np.float32)
+    f = lambda t: np.tanh(2 * t + 1)                 # noqa: E731
+    runs = {"plain": lambda: f(x), "interval": lambda: fpx.interval(f)(x),
+            "chunked": lambda: fpx.chunked(fpx.interval(f), chunk)(x)}
+    a, b = runs["interval"](), runs["chunked"]()
+    assert all(np.array_equal(getattr(a, k), getattr(b, k)) for k in ("lo", "hi", "value"))
+    del a, b
+    times, peaks = {k: [] for k in runs}, {}
+    for _ in range(rounds):    # interleaved; the peak of the first round
+        for k, fn in runs.items():
+            t, m = peak_rss(fn)
+            times[k].append(t)
+            peaks.setdefault(k, m)
+    return {k: min(v) for k, v in times.items()}, peaks, x.nbytes
 
 
 def main(argv=None):
@@ -111,8 +160,23 @@ def main(argv=None):
     print(f"  width ours/RENDER: point inputs {w_point:.6f} (target <= 1, up to the float32-GEMM "
           f"factor {1 / (1 - 513 * 2.0 ** -24):.6f}), interval inputs {w_interval:.4f} "
           f"(target <= 1.5)")
+
+    # 3. at scale: chunked evaluation ---------------------------------------------------------
+    n_big, chunk = (4_000_000 if args.quick else 40_000_000), 2 ** 20
+    t_sc, m_sc, in_bytes = at_scale(n_big, chunk, 2)
+    mib = lambda b: "n/a" if b is None else f"{b / 2 ** 20:.0f} MiB"   # noqa: E731
+    print(f"tanh(2x+1), {n_big:.0e} float32 ({mib(in_bytes)} input): plain "
+          f"{t_sc['plain']:.2f} s, +{mib(m_sc['plain'])}; fpx.interval {t_sc['interval']:.2f} s "
+          f"({t_sc['interval'] / t_sc['plain']:.1f}x), +{mib(m_sc['interval'])}; "
+          f"fpx.chunked(..., {chunk}) {t_sc['chunked']:.2f} s "
+          f"({t_sc['chunked'] / t_sc['plain']:.1f}x), +{mib(m_sc['chunked'])} "
+          "(the result alone: lo and hi float64, value float32)")
+    scale = {"scale_n": n_big, "scale_chunk": chunk,
+             **{f"scale_{k}_s": round(v, 3) for k, v in t_sc.items()},
+             **{f"scale_{k}_peak_mib": None if v is None else round(v / 2 ** 20)
+                for k, v in m_sc.items()}}
     print(json.dumps({
-        "benchmark": "interval", "allocator": allocator(), "mlp": "256x1024x4 float32 relu",
+        "benchmark": "interval", **scale, "allocator": allocator(), "mlp": "256x1024x4 float32 relu",
         "mlp_plain_ms": round(t_plain * 1e3, 3), "mlp_interval_ms": round(t_iv * 1e3, 3),
         "mlp_overhead": round(mlp_ratio, 3), "target_mlp_overhead": 3.0,
         "mlp_fast_overhead": round(fast_ratio, 3), "mlp_median_width": w_med,
