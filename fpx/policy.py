@@ -107,7 +107,9 @@ from typing import Any, Callable, Mapping, NamedTuple, Union
 
 import numpy as np
 
+from fpx import policy_tables as _tables
 from fpx import primitives as _prims
+from fpx.policy_tables import SLACK as _SLACK
 
 __all__ = [
     "OP_KINDS", "PRIMITIVES", "kind_of", "canonical_name", "ulp",
@@ -297,7 +299,6 @@ class OpPrecision:
 # Accuracy
 # --------------------------------------------------------------------------------------------
 Number = Union[float, int]
-_SLACK = 2.0 ** -50
 
 
 @dataclass(frozen=True)
@@ -691,28 +692,10 @@ class Policy:
                 f", {len(self.accuracies)} functions)")
 
 
-# --------------------------------------------------------------------------------------------
-# Sources
-# --------------------------------------------------------------------------------------------
-_SRC_IEEE = "IEEE 754 correctly rounded (round to nearest)"
-_SRC_EXACT = "exact operation"
-_SRC_NUMPY_CSV = ("NumPy umath-validation-set-<f>.csv max ulp tolerance (vs the correctly "
-                  "rounded result)")
-_SRC_SVML_LA = "Intel SVML/VM LA accuracy class: max 4 ulp (NumPy float32 SVML loops)"
-_SRC_SVML_HA = "Intel SVML/VM HA accuracy class: max 1 ulp (NumPy float64 SVML loops)"
-_SRC_GLIBC = ("glibc sysdeps/x86_64/fpu/libm-test-ulps (the manual's 'Errors in Math "
-              "Functions' table)")
-_SRC_CUDA = ("CUDA C++ Programming Guide, Mathematical Functions, Standard Functions "
-             "max ulp table (vs correctly rounded) + 0.5")
-_SRC_CUDA_INTR = "CUDA C++ Programming Guide, Intrinsic Functions (-use_fast_math)"
-_SRC_FASI = ("tensor-core accumulation rounds toward zero: <= 1 ulp per addition (Fasi, "
-             "Higham, Mikaitis, Pranesh, PeerJ CS 7:e330, 2021)")
-
-
-def _base_table(cr: str = _SRC_IEEE) -> dict:
+def _base_table(cr: str = _tables.SRC_IEEE) -> dict:
     t: dict[str, dict[str, Accuracy]] = {}
     for p in _EXACT:
-        t[p] = {"*": Accuracy(0.0, source=_SRC_EXACT)}
+        t[p] = {"*": Accuracy(0.0, source=_tables.SRC_EXACT)}
     for p in _ROUNDED + _ACCUMULATING:
         t[p] = {"*": Accuracy(0.5, source=cr)}
     return t
@@ -723,9 +706,9 @@ def _ieee() -> Policy:
     t = _base_table()
     for p in _TRANSCENDENTAL:
         t[p] = {"*": Accuracy(0.5, domain="idealized: real libms are not correctly rounded",
-                              source=_SRC_IEEE)}
+                              source=_tables.SRC_IEEE)}
     t["matmul"] = {"*": Accuracy(0.5, domain="per multiply and per addition",
-                                 source=_SRC_IEEE)}
+                                 source=_tables.SRC_IEEE)}
     return Policy(
         "ieee", accuracies=t,
         notes="every operation correctly rounded in the program's own dtypes (idealized; real "
@@ -733,63 +716,18 @@ def _ieee() -> Policy:
 
 
 # -- "numpy" ---------------------------------------------------------------------------------
-# name: (float32 documented max ulps vs CR and sources, float64 documented max ulps and sources)
-# bound = max(documented) + 0.5 (CR -> exact) + 0.5 (margin: documented numbers are test-derived)
-_NUMPY_DOC = {
-    #          float32 documented                          float64 documented
-    "exp":   ((3, "NumPy csv 3 (own AVX512F/AVX2 kernel); glibc expf 1"),
-              (1, "NumPy csv 1 (own AVX512F kernel); glibc exp 1")),
-    "log":   ((4, "NumPy csv 4 (own AVX512F/AVX2 kernel); glibc logf 1"),
-              (1, "NumPy csv 1 (own AVX512F kernel); glibc log 1")),
-    "expm1": ((4, "SVML LA 4; NumPy csv 3; glibc expm1f 1"),
-              (1, "SVML HA 1; NumPy csv 1; glibc expm1 1")),
-    "exp2":  ((4, "SVML LA 4; NumPy csv 2 (measured here: 2.1 vs CR); glibc exp2f 1"),
-              (1, "SVML HA 1; NumPy csv 1; glibc exp2 1")),
-    "log1p": ((4, "SVML LA 4; NumPy csv 2; glibc log1pf 1"),
-              (1, "SVML HA 1; NumPy csv 1; glibc log1p 1")),
-    "log2":  ((4, "SVML LA 4; NumPy csv 3; glibc log2f 1"),
-              (2, "glibc log2 2; SVML HA 1; NumPy csv 1")),
-    "sin":   ((2, "NumPy csv 2 (own SIMD kernel); glibc sinf 1"),
-              (1, "NumPy csv 1; glibc sin 1")),
-    "cos":   ((2, "NumPy csv 2 (own SIMD kernel); glibc cosf 1"),
-              (1, "NumPy csv 1; glibc cos 1")),
-    "tan":   ((4, "SVML LA 4; NumPy csv 4; glibc tanf 1"),
-              (1, "SVML HA 1; NumPy csv 1; glibc tan 1")),
-    "tanh":  ((2, "NumPy csv 2 (own SIMD kernel); glibc tanhf 2"),
-              (2, "NumPy csv 2 (own SIMD kernel); glibc tanh 2")),
-    "sinh":  ((4, "SVML LA 4; NumPy csv 2; glibc sinhf 2"),
-              (2, "glibc sinh 2; SVML HA 1; NumPy csv 1")),
-    "cosh":  ((4, "SVML LA 4; NumPy csv 3; glibc coshf 2"),
-              (2, "glibc cosh 2; SVML HA 1; NumPy csv 1")),
-    "atan":  ((4, "SVML LA 4; NumPy csv 3; glibc atanf 1"),
-              (1, "SVML HA 1; NumPy csv 1; glibc atan 1")),
-    "atan2": ((4, "SVML LA 4 (no NumPy csv; measured here 2.8 vs CR); glibc atan2f 2"),
-              (1, "SVML HA 1; glibc atan2 1")),
-    "pow":   ((4, "SVML LA 4 (no NumPy csv); glibc powf 1"),
-              (1, "SVML HA 1; glibc pow 1")),
-    "erf":   ((1, "fpx kernel = numba math.erf -> libm erff; glibc erff 1"),
-              (1, "fpx kernel = numba math.erf -> libm erf; glibc erf 1")),
-}
-
-
-# Unary functions whose contiguous float16 loop on AVX512_SKX converts to float32, calls the
-# SVML LA float32 routine (max 4 ulp, whatever NumPy's own float32 kernel is) and rounds back.
-_NUMPY_F16_VIA_SVML = ("exp", "expm1", "exp2", "log", "log1p", "log2", "sin", "cos", "tan",
-                       "tanh", "sinh", "cosh", "atan")
-
-
 def _numpy() -> Policy:
     t = _base_table()
-    for name, ((d32, s32), (d64, s64)) in _NUMPY_DOC.items():
+    for name, ((d32, s32), (d64, s64)) in _tables.NUMPY_DOC.items():
         t[name] = {
             "float32": Accuracy(d32 + 1.0, source=f"{s32}; +0.5 vs exact +0.5 margin"),
             "float64": Accuracy(d64 + 1.0, source=f"{s64}; +0.5 vs exact +0.5 margin"),
         }
-        if name in _NUMPY_F16_VIA_SVML and d32 + 1.0 < 5.0:
+        if name in _tables.NUMPY_F16_VIA_SVML and d32 + 1.0 < 5.0:
             t[name]["float16"] = Accuracy(
                 0.5 + 5.0 * 2.0 ** -13,
                 domain="float16 -> float32 SVML LA (<= 4 ulp) -> float16: 0.5 + 5*2^-13",
-                source=f"{_SRC_SVML_LA}; loops_umath_fp.dispatch.c.src avx512_<f>_f16")
+                source=f"{_tables.SRC_SVML_LA}; loops_umath_fp.dispatch.c.src avx512_<f>_f16")
     return Policy(
         "numpy",
         matmul=OpPrecision(accumulate="float32"),
@@ -802,24 +740,15 @@ def _numpy() -> Policy:
 
 
 # -- "cuda" ----------------------------------------------------------------------------------
-# CUDA C++ Programming Guide, max ulp error vs the correctly rounded result (single, double).
-_CUDA_DOC = {
-    "exp": (2, 1), "exp2": (2, 1), "expm1": (1, 1), "log": (1, 1), "log2": (1, 1),
-    "log1p": (1, 1), "sin": (2, 2), "cos": (2, 2), "tan": (4, 2), "tanh": (2, 1),
-    "sinh": (3, 2), "cosh": (2, 1), "atan": (2, 2), "atan2": (3, 2), "pow": (4, 2),
-    "erf": (2, 2),
-}
-
-
 def _cuda_table() -> dict:
     t = _base_table()
-    for name, (s, d) in _CUDA_DOC.items():
+    for name, (s, d) in _tables.CUDA_DOC.items():
         c = "f" if name != "pow" else "f(x,y)"
-        t[name] = {"float32": Accuracy(s + 0.5, source=f"{_SRC_CUDA} ({name}{c}: {s} ulp)"),
-                   "float64": Accuracy(d + 0.5, source=f"{_SRC_CUDA} ({name}: {d} ulp)")}
+        t[name] = {"float32": Accuracy(s + 0.5, source=f"{_tables.SRC_CUDA} ({name}{c}: {s} ulp)"),
+                   "float64": Accuracy(d + 0.5, source=f"{_tables.SRC_CUDA} ({name}: {d} ulp)")}
     t["matmul"] = {"*": Accuracy(1.0, domain="per addition in the accumulate format",
-                                 source=_SRC_FASI)}
-    t["cast"] = {"*": Accuracy(0.5, source=_SRC_IEEE),
+                                 source=_tables.SRC_FASI)}
+    t["cast"] = {"*": Accuracy(0.5, source=_tables.SRC_IEEE),
                  "tf32": Accuracy(1.0, domain="float32 -> tf32 may truncate (mma on fp32 bits)",
                                   source="round-to-nearest (cvt.rna) or truncation: < 1 ulp")}
     return t
@@ -855,94 +784,6 @@ def _cupy() -> Policy:
 
 
 # -- "cuda-fast" -----------------------------------------------------------------------------
-_TINY32 = 2.0 ** -126      # smallest normal float32: FTZ flushes anything below it
-_SIN_ABS = 2.0 ** -21.41
-_COS_ABS = 2.0 ** -21.19
-_LOG_ABS = 2.0 ** -21.41
-_LOG2_ABS = 2.0 ** -22
-_U23 = 2.0 ** -23           # relative size of 1 float32 ulp (upper bound)
-
-
-def _any_subnormal32(xs) -> Any:
-    out = np.zeros((), dtype=bool)
-    for x in xs:
-        a = np.abs(x)
-        out = out | ((a > 0) & (a < _TINY32))
-    return out
-
-
-def _ftz(base: Any = 0.0, guard: bool = True) -> Callable[..., Any]:
-    """Absolute term under -ftz=true: ``base`` + a flushed output (2^-126); with ``guard``,
-    ``inf`` where an input is a float32 subnormal (a flushed input can be amplified)."""
-    def absolute(*xs):
-        b = base(*xs) if callable(base) else base
-        b = np.asarray(b, dtype=np.float64) + _TINY32
-        if guard:
-            b = np.where(_any_subnormal32(xs), np.inf, b)
-        return b
-    return absolute
-
-
-def _expf_ulps(x):
-    return 2.5 + np.floor(np.abs(1.173 * x) * (1 + _SLACK))
-
-
-def _in_half_two(x):
-    return (x >= 0.5) & (x <= 2.0)
-
-
-def _logf_ulps(x):
-    return np.where(_in_half_two(x), 0.0, 3.5)
-
-
-def _logf_abs(x):
-    return np.where(_in_half_two(x), _LOG_ABS, 0.0)
-
-
-def _log2f_ulps(x):
-    return np.where(_in_half_two(x), 0.0, 2.5)
-
-
-def _log2f_abs(x):
-    return np.where(_in_half_two(x), _LOG2_ABS, 0.0)
-
-
-def _sinf_abs(x):
-    return np.where(np.abs(x) <= math.pi, _SIN_ABS, np.inf)
-
-
-def _cosf_abs(x):
-    return np.where(np.abs(x) <= math.pi, _COS_ABS, np.inf)
-
-
-def _tanf_abs(x):
-    """__tanf = __sinf(x) * (1/__cosf(x)), |x| <= pi: with s^ = s + es, c^ = c + ec,
-    |s^/c^ - tan| <= (|es| + |tan||ec|) / (|c| - |ec|); the approximate reciprocal
-    (1 ulp vs CR with -prec-div=false: 1.5 ulp) and the rounded product add <= 2.001 2^-23
-    relative."""
-    c, t = np.cos(x), np.abs(np.tan(x))
-    den = np.abs(c) - _COS_ABS
-    eq = (_SIN_ABS + t * _COS_ABS) / den
-    a = (eq + 2.001 * _U23 * (t + eq)) * (1 + 2.0 ** -30)
-    return np.where((np.abs(x) <= math.pi) & (den > 0), a, np.inf)
-
-
-def _powf_abs(x, y):
-    """__powf = exp2f(y * __log2f(x)): with L^ = log2 x + eL, P = RN(y L^) and exp2f within
-    2.5 ulp, the result is x^y 2^d (1 + eta) with |d| <= |y| eL (1 + 2^-24) + |y log2 x| 2^-24,
-    |eta| <= 2.5 2^-23. x < 0 (NaN from __log2f) and x == 0 with y <= 0 are unbounded."""
-    L = np.log2(np.where(x > 0, x, 1.0))
-    eL = np.where(_in_half_two(x), _LOG2_ABS, 2.5 * _U23 * np.abs(L))
-    d = np.abs(y) * eL * (1 + 2.0 ** -24) + np.abs(y * L) * 2.0 ** -24
-    rel = np.exp2(d) * (1 + 2.5 * _U23) - 1.0
-    a = rel * np.abs(np.power(np.where(x > 0, x, 1.0), y)) * (1 + 2.0 ** -30)
-    return np.where(x > 0, a, np.where((x == 0) & (y > 0), 0.0, np.inf))
-
-
-def _tanhf_abs(x):
-    return 2.0 ** -11 * np.abs(np.tanh(x)) * (1 + 2.0 ** -30)
-
-
 def _cuda_fast() -> Policy:
     t = _cuda_table()
     f32 = "float32"
@@ -956,20 +797,20 @@ def _cuda_fast() -> Policy:
         row[f32] = acc
         t[name] = row
 
-    def fast(ulps=0.0, base=0.0, domain="", source=_SRC_CUDA_INTR):
-        return Accuracy(ulps=ulps, absolute=_ftz(base), domain=domain + ftz_note,
+    def fast(ulps=0.0, base=0.0, domain="", source=_tables.SRC_CUDA_INTR):
+        return Accuracy(ulps=ulps, absolute=_tables.ftz(base), domain=domain + ftz_note,
                         source=source)
 
     # elementwise, -ftz=true -prec-div=false -prec-sqrt=false
     for name in ("add", "sub"):
-        put(name, Accuracy(0.5, absolute=3 * _TINY32,
+        put(name, Accuracy(0.5, absolute=3 * _tables.TINY32,
                            domain="FTZ: two flushed inputs and a flushed output",
-                           source=_SRC_CUDA_INTR))
+                           source=_tables.SRC_CUDA_INTR))
     for name in ("neg", "abs", "max", "min"):
-        put(name, Accuracy(0.0, absolute=_TINY32, domain="FTZ: flushed input",
-                           source=_SRC_CUDA_INTR))
-    put("cast", Accuracy(0.5, absolute=_TINY32, domain="FTZ: flushed result",
-                         source=_SRC_CUDA_INTR))
+        put(name, Accuracy(0.0, absolute=_tables.TINY32, domain="FTZ: flushed input",
+                           source=_tables.SRC_CUDA_INTR))
+    put("cast", Accuracy(0.5, absolute=_tables.TINY32, domain="FTZ: flushed result",
+                         source=_tables.SRC_CUDA_INTR))
     for name in ("floor", "ceil", "round", "sign"):
         put(name, fast(0.0, domain="exact"))
     put("mul", fast(0.5, domain="0.5 ulp"))
@@ -977,26 +818,26 @@ def _cuda_fast() -> Policy:
     put("div", fast(2.5, domain="x/y with -prec-div=false: 2 ulp (full range) + 0.5"))
     put("sqrt", fast(1.5, domain="sqrtf with -prec-sqrt=false: 1 ulp (cc >= 5.2) + 0.5"))
     # intrinsics substituted by -use_fast_math
-    put("exp", fast(_expf_ulps, domain="__expf: 2 + floor(|1.173x|) + 0.5 ulp"))
-    put("log", fast(_logf_ulps, _logf_abs,
+    put("exp", fast(_tables.expf_ulps, domain="__expf: 2 + floor(|1.173x|) + 0.5 ulp"))
+    put("log", fast(_tables.logf_ulps, _tables.logf_abs,
                     domain="__logf: abs 2^-21.41 on [0.5, 2], else 3 + 0.5 ulp"))
-    put("log2", fast(_log2f_ulps, _log2f_abs,
+    put("log2", fast(_tables.log2f_ulps, _tables.log2f_abs,
                      domain="__log2f: abs 2^-22 on [0.5, 2], else 2 + 0.5 ulp"))
-    put("sin", fast(0.0, _sinf_abs,
+    put("sin", fast(0.0, _tables.sinf_abs,
                     domain="__sinf: abs 2^-21.41 on [-pi, pi], no documented bound outside"))
-    put("cos", fast(0.0, _cosf_abs,
+    put("cos", fast(0.0, _tables.cosf_abs,
                     domain="__cosf: abs 2^-21.19 on [-pi, pi], no documented bound outside"))
-    put("tan", fast(0.0, _tanf_abs,
+    put("tan", fast(0.0, _tables.tanf_abs,
                     domain="__tanf = __sinf * (1/__cosf): derived abs bound on [-pi, pi]"))
-    put("pow", fast(0.0, _powf_abs,
+    put("pow", fast(0.0, _tables.powf_abs,
                     domain="__powf = exp2f(y * __log2f(x)): derived bound, x > 0"))
-    put("tanh", fast(0.0, _tanhf_abs,
+    put("tanh", fast(0.0, _tables.tanhf_abs,
                      domain="__tanhf: relative 2^-11 (cc >= 7.5)"))
     # not remapped: standard float32 table (already in t), plus FTZ
     for name in ("exp2", "expm1", "log1p", "sinh", "cosh", "atan", "atan2", "erf"):
         u = t[name][f32].ulps
         put(name, fast(u, domain=f"{name}f: {u - 0.5:g} + 0.5 ulp (not remapped)",
-                       source=_SRC_CUDA))
+                       source=_tables.SRC_CUDA))
     return Policy(
         "cuda-fast",
         matmul=OpPrecision(accumulate="float32"),
