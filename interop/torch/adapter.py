@@ -64,9 +64,7 @@ def adapt(f, args=(), kwargs=None) -> Adapted:
     kwargs = dict(kwargs or {})
     with LOCK:             # the parameters, not another thread's export's fake tensors
         prog = program_for(f, args, kwargs)
-        owner = f if isinstance(f, torch.nn.Module) else None
-        params = prog.params(owner) if owner is not None else {
-            k: to_array(v) for k, v in prog.constants.items()}
+        params = prog.params(f)
     device = _device_of(args, kwargs)
     a, k = tree.tree_map(_to_fpx_leaf, (tuple(args), kwargs))
     examples = _pytree.tree_map(example, (tuple(args), kwargs))

@@ -14,6 +14,8 @@ from fpx.interop.torch.table import (Lazy, UnmappedOpError, accumulate, cast, co
                                      opmath, shape_of)
 from fpx.interop.torch.table import register_aten as _op
 
+
+# -- elementwise ------------------------------------------------------------------------------
 def _add(a, b, alpha=1):
     return fnp.add(a, b if alpha == 1 else fnp.multiply(b, cast(alpha, dtype_of(b))))
 

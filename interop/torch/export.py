@@ -81,18 +81,17 @@ class FnModule(torch.nn.Module):
         return self.f(*args, **kwargs)
 
 
-def graph_fn(ep, xp=np):
-    """The fpx function ``fn(params, *args, **kwargs)`` of an exported program."""
+def _inputs(ep):
+    """``[(node, kind, ref)]`` of the graph's placeholders: ``kind`` "user" (an array input),
+    "const" (a Python scalar or None the program is specialized on; ``ref`` its value) or
+    "state" (``ref`` the parameter, buffer or constant's name). Refuses state mutations."""
     from torch.export.graph_signature import ConstantArgument, InputKind, OutputKind
     sig = ep.graph_signature
-    graph = ep.graph
-    nodes = list(graph.nodes)
-    placeholders = [n for n in nodes if n.op == "placeholder"]
-    inputs = []          # (node, kind, ref): ref is the state name, or a constant's value
+    placeholders = [n for n in ep.graph.nodes if n.op == "placeholder"]
+    inputs = []
     for n, spec in zip(placeholders, sig.input_specs):
         if spec.kind == InputKind.USER_INPUT and isinstance(spec.arg, ConstantArgument):
-            # a Python scalar (or None) argument: export specializes the program on its
-            # value, which keys the program cache (``_signature``)
+            # its value keys the program cache (``program._signature``)
             inputs.append((n, "const", spec.arg.value))
         elif spec.kind == InputKind.USER_INPUT:
             inputs.append((n, "user", None))
@@ -106,6 +105,11 @@ def graph_fn(ep, xp=np):
             raise FpxError(f"fpx.interop.torch: the program mutates state ({spec.kind.name} "
                            f"'{spec.target}'); fpx bounds pure programs: call module.eval() "
                            "(batch-norm statistics) or remove the in-place state update")
+    return inputs
+
+
+def _calls(nodes, xp):
+    """``[(node, handler, Ctx)]`` of the graph's calls; raises naming every unmapped op."""
     calls, unmapped = [], []
     for n in nodes:
         if n.op != "call_function":
@@ -122,33 +126,49 @@ def graph_fn(ep, xp=np):
         op = unmapped[0].split("'")[1]
         raise UnmappedOpError(op, f" (in the exported graph; all unmapped: "
                                   f"{', '.join(unmapped)})")
-    # free each value after its last use
+    return calls
+
+
+def _frees(calls, out_node):
+    """For each call (and the output), the values whose last use it is."""
     last = {}
     for i, (n, _, _) in enumerate(calls):
         for a in n.all_input_nodes:
             last[a] = i
-    out_node = nodes[-1]
     for a in out_node.all_input_nodes:
         last[a] = len(calls)
     frees = [[] for _ in range(len(calls) + 1)]
     for a, i in last.items():
         frees[i].append(a)
+    return frees
+
+
+def _substitute(a, env):
+    """A node's argument with graph nodes replaced by their values."""
+    if isinstance(a, torch.fx.Node):
+        return env[a]
+    if isinstance(a, (list, tuple)):
+        return type(a)(_substitute(x, env) for x in a)
+    if isinstance(a, dict):
+        return {k: _substitute(v, env) for k, v in a.items()}
+    return a
+
+
+def graph_fn(ep, xp=np):
+    """The fpx function ``fn(params, *args, **kwargs)`` of an exported program: each node's
+    handler in graph order, its result conformed to torch's dtype and shape, every value
+    freed after its last use."""
+    from torch.export.graph_signature import OutputKind
+    nodes = list(ep.graph.nodes)
+    inputs, calls, out_node = _inputs(ep), _calls(nodes, xp), nodes[-1]
+    frees = _frees(calls, out_node)
     n_user = sum(1 for _, k, _ in inputs if k == "user")
     out_spec = ep.call_spec.out_spec
-    user_out = [i for i, s in enumerate(sig.output_specs) if s.kind == OutputKind.USER_OUTPUT]
-
-    def sub(a, env):
-        if isinstance(a, torch.fx.Node):
-            return env[a]
-        if isinstance(a, (list, tuple)):
-            return type(a)(sub(x, env) for x in a)
-        if isinstance(a, dict):
-            return {k: sub(v, env) for k, v in a.items()}
-        return a
+    user_out = [i for i, s in enumerate(ep.graph_signature.output_specs)
+                if s.kind == OutputKind.USER_OUTPUT]
 
     def fn(params, *args, **kwargs):
-        leaves = [x for x in _pytree.tree_leaves((args, kwargs))]
-        user_vals = [x for x in leaves if is_arr(x)]
+        user_vals = [x for x in _pytree.tree_leaves((args, kwargs)) if is_arr(x)]
         if len(user_vals) != n_user:
             raise TypeError(f"fpx.interop.torch: the exported program takes {n_user} array "
                             f"input(s), got {len(user_vals)}")
@@ -156,14 +176,11 @@ def graph_fn(ep, xp=np):
         for n, kind, ref in inputs:
             env[n] = next(it) if kind == "user" else ref if kind == "const" else params[ref]
         for i, (n, h, ctx) in enumerate(calls):
-            a = sub(n.args, env)
-            k = sub(n.kwargs, env)
-            env[n] = conform(h(ctx, *a, **k), ctx)
+            env[n] = conform(h(ctx, *_substitute(n.args, env), **_substitute(n.kwargs, env)),
+                             ctx)
             for dead in frees[i]:
                 if dead in env and dead is not n:
                     del env[dead]
-        outs = [sub(a, env) for a in out_node.args[0]]
-        outs = [outs[i] for i in user_out]
-        return _pytree.tree_unflatten(outs, out_spec)
+        outs = [_substitute(a, env) for a in out_node.args[0]]
+        return _pytree.tree_unflatten([outs[i] for i in user_out], out_spec)
     return fn
-

@@ -39,16 +39,13 @@ class TorchProgram:
         self.exported, self.export_error = exported, export_error
         self.constants = dict(constants or {})
 
-    def params(self, module) -> dict:
-        """The module's current state as arrays (zero-copy for CPU tensors)."""
-        out = {}
-        for name in self.state:
-            if name in self.constants:
-                t = self.constants[name]
-            else:
-                t = _state_tensor(module, name)
-            out[name] = to_array(t)
-        return out
+    def params(self, f) -> dict:
+        """The state of ``f`` (a module) as arrays, read now (zero-copy for CPU tensors); for
+        a function, the constants export lifted from it."""
+        if not isinstance(f, torch.nn.Module):
+            return {k: to_array(v) for k, v in self.constants.items()}
+        return {name: to_array(self.constants[name] if name in self.constants
+                               else _state_tensor(f, name)) for name in self.state}
 
     def __repr__(self):
         return f"TorchProgram(mode={self.mode!r}, {len(self.state)} state tensors)"
@@ -128,10 +125,7 @@ def from_module(module, example_inputs=(), example_kwargs=None, *, fallback="aut
     if not isinstance(example_inputs, (tuple, list)):
         example_inputs = (example_inputs,)
     prog = build(module, example_inputs, example_kwargs, fallback=fallback)
-    owner = module if isinstance(module, torch.nn.Module) else None
-    params = prog.params(owner) if owner is not None else {
-        k: to_array(v) for k, v in prog.constants.items()}
-    return prog.fn, params
+    return prog.fn, prog.params(module)
 
 
 # -- the cache ---------------------------------------------------------------------------------
