@@ -4,15 +4,16 @@ A :class:`Policy` tells fpx's transforms (interval bounds, stochastic rounding, 
 program they model is executed, so that the model is *sound for that machine*, not for an
 idealized one. It has two parts:
 
-1. **Formats per op kind** (:class:`OpPrecision`). Every primitive belongs to one of four op
-   kinds (:func:`kind_of`): ``"matmul"`` (matmul, conv), ``"reduction"`` (sum, prod, cumsum),
-   ``"elementwise"`` (+ - * / sqrt fma neg abs max min floor ceil round sign cast) and
-   ``"transcendental"`` (exp expm1 exp2 log log1p log2 sin cos tan tanh sinh cosh atan atan2
-   erf pow). For each kind the policy states the *input*, *compute*, *accumulate* and *output*
-   formats -- e.g. cuBLAS with TF32 enabled rounds float32 matmul inputs to tf32 and accumulates
-   in float32. ``None`` means "the dtype the program uses at that point". Stated formats apply
-   to programs whose dtype is float32 or narrower; float64 programs are always modelled in
-   float64 (CUDA, cuBLAS, NumPy and ``-use_fast_math`` all leave float64 arithmetic alone).
+1. **Formats per op kind** (:class:`OpPrecision`). Every arithmetic primitive belongs to one of
+   four op kinds (:func:`kind_of`, read from :data:`fpx.primitives.KIND_OF`): ``"matmul"``
+   (matmul, conv), ``"reduction"`` (sum, prod, cumsum), ``"elementwise"`` (+ - * / sqrt fma
+   neg abs max min floor ceil round sign cast) and ``"transcendental"`` (exp expm1 exp2 log
+   log1p log2 sin cos tan tanh sinh cosh atan atan2 erf pow). For each kind the policy states
+   the *input*, *compute*, *accumulate* and *output* formats -- e.g. cuBLAS with TF32 enabled
+   rounds float32 matmul inputs to tf32 and accumulates in float32. ``None`` means "the dtype
+   the program uses at that point". Stated formats apply to programs whose dtype is float32 or
+   narrower; float64 programs are always modelled in float64 (CUDA, cuBLAS, NumPy and
+   ``-use_fast_math`` all leave float64 arithmetic alone).
 
 2. **Accuracy per function and format** (:class:`Accuracy`). The maximum error of one
    evaluation of a primitive whose result is in format ``fmt``, as

@@ -3,9 +3,10 @@ inputs as tracers of a new interpreter, run it with that interpreter current, an
 outputs (:func:`transformed`, :func:`run`, :func:`adapt`).
 
 Which leaves become tracers: arrays (NumPy, CuPy, NumPy scalars) of a real floating-point,
-integer or bool dtype, and tracers of enclosing transforms. Python scalars stay constants (as
-weakly-typed values they follow NumPy's promotion rules). Complex, object and string arrays are
-rejected with a clear error.
+integer or bool dtype, tracers of enclosing transforms, and what a transform accepts besides
+(:func:`run`'s ``accepts``: the interval transform's Intervals and Python floats). Other Python
+scalars stay constants (as weakly-typed values they follow NumPy's promotion rules). Complex,
+object and string arrays are rejected with a clear error.
 """
 from __future__ import annotations
 
