@@ -996,6 +996,34 @@ def ball_radius(v, lo, hi):
 
 
 @numba.njit(cache=True, error_model="numpy")
+def _center_ball_loop(c, v, R, f, a, cb, top, least, r):
+    n_bad = 0
+    for i in range(r.shape[0]):
+        for j in range(r.shape[1]):
+            lo, hi, bad = _centred(np.float64(_at(c, i, j)), np.float64(_at(R, i, j)),
+                                   _at(f, i, j), _at(a, i, j), cb, top, -math.inf)
+            vv = np.float64(_at(v, i, j))
+            r1, r2 = vv - lo, hi - vv
+            r0 = r1 if r1 > r2 else r2
+            r0 = math.nan if (r1 != r1) | (r2 != r2) else r0
+            _put_up(r, i, j, r0 * (1.0 + 3 * _E))    # a difference: exact or within ε
+            n_bad += bad | (r0 != r0) | (r0 == math.inf) | ((r0 > 0.0) & (r0 < least))
+    return n_bad
+
+
+def center_ball(c, v, R, f, a, top, b=0.0):
+    """(r, n_bad): ``center_bounds``' box about c as a ball about the value v, ``r >=
+    max(v - lo, hi - v)``, in one pass without writing the box (a float32 radius about a
+    float32 value); ``n_bad`` as there, plus radii that are not finite or that a float32
+    radius would inflate (nonzero under its least value F32_FLOOR: the box is far tighter)."""
+    args, (r,), shape, (rr,) = _flat((c, v, R, f, a), (_radius_dtype(v),))
+    cb = (float(b) + 8 * _E) * (1.0 + 4 * _E)
+    least = F32_FLOOR if r.dtype == np.float32 else 0.0
+    n_bad = _center_ball_loop(*args, cb, float(top), least, r)
+    return _result(rr, shape), n_bad
+
+
+@numba.njit(cache=True, error_model="numpy")
 def _ball_affine_loop(v, r, g, b, a, out):
     n_bad = 0
     for i in range(out.shape[0]):

@@ -1849,10 +1849,14 @@ def _weighted_rule_and_decomposition(f, x, xin, slack=1.0):
     """fpx.interval(f)(xin) with the conv/linear rule and with the decomposition: the rule's
     value is the program's, its bound holds the decomposition's value (another summation
     order), and it is never wider -- up to ``slack``, the documented price of a conv's
-    bfloat16 radius (_conv_slack)."""
+    bfloat16 radius (_conv_slack), and the price of a ball about the value: its distance from
+    the rule's own float64 centre C, and a bias added to a ball counts the value's own rounding
+    (u·|v| a side, u = 2^-24 for float32; the box rule does not)."""
     out, ref = fpx.interval(f)(xin), _decomposed_layers(f, xin)
     assert np.array_equal(out.value, f(x)) and out.contains(ref.value).all()
-    assert np.all(out.width <= ref.width * (1 + 1e-6) * slack + 1e-30)
+    v = f64(out.value)
+    ball = 2 * (np.abs(f(x.astype(np.float64)) - v) + 2.0 ** -23 * np.abs(v))
+    assert np.all(out.width <= (ref.width + ball) * (1 + 1e-6) * slack + 1e-30)
     return out, ref
 
 

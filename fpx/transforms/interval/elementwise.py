@@ -391,22 +391,28 @@ def _remainder(self, prim, a, b):
 # ---- balls through a constant -------------------------------------------------------------
 def _ball_constant(self, prim, a, b):
     """(x, c, value, F) for a ball rule: x a ball operand, c a constant, the result a finite
-    float32/float64 array of x's shape and dtype (a ball of any other kind is read as a box)."""
+    float32/float64 array of x's shape and dtype (a ball of any other kind is read as a box).
+    A Python literal takes part only where x's format holds it exactly (``x * 2``,
+    ``max(x, 0)``); another literal's rounding is bounded by the box rule."""
     x, c = (a, b) if self._own(a) and a.is_ball else (b, a)
-    if self._own(c) or not (self._own(x) and x.is_ball) or type(concrete(c)) in (int, float):
-        return None         # (a Python literal's own rounding: the box rule bounds it)
+    if self._own(c) or not (self._own(x) and x.is_ball):
+        return None
     xv, cv = concrete(x.primal), concrete(c)
     try:        # decided before the value is computed (else the box rule computes it again)
         fits = (isinstance(xv, np.ndarray) and xv.ndim and xv.dtype in (np.float32, np.float64)
                 and np.result_type(xv, cv) == xv.dtype
                 and np.broadcast_shapes(xv.shape, np.shape(cv)) == xv.shape)
-    except (TypeError, ValueError):
+        if fits and type(cv) in (int, float):
+            with np.errstate(all="ignore"):
+                held = xv.dtype.type(cv)
+            fits, cv = float(held) == cv, held
+    except (TypeError, ValueError, OverflowError):
         return None
     F = self.fmt(xv.dtype) if fits else None
     if F is None or not F.has_inf or self.accuracy(prim.name, F).input_dependent:
         return None
     v = self.value_of(prim, (a, b), {})
-    return x, concrete(c), v, F
+    return x, cv, v, F
 
 
 @ball_rule("add", "sub", "mul")

@@ -406,9 +406,11 @@ def _out_rounding(self, rad, center, F_out, F_acc):
 def _close(self, op, v, center, rad, cb, coef, va, ra, vb, rb, c, F_in, F_acc, F_out, rounded,
            un, ball):
     """centre ± radius, the accumulator's overflow mapped (``_guard``), rounded into F_out: a
-    ball about the value where nothing needs the box (value-centred, finite, no overflow
-    possible, the accumulator's format the output's), else a box. The overflow screen reads
-    the radius: ``R·f + a >= coef·Â @ B̂``, which bounds every product and partial sum."""
+    ball about the value where nothing needs the box (finite, no overflow possible, the
+    accumulator's format the output's), else a box. An own centre C becomes a ball about v
+    of radius ``rad + |C - v|`` (v's actual error, typically far under the worst case that
+    the value-centred strategy counts). The overflow screen reads the radius: ``R·f + a >=
+    coef·Â @ B̂``, which bounds every product and partial sum."""
     top = F_acc.max if (F_acc.has_inf and F_acc.name != "float64") else math.inf
     with np.errstate(all="ignore"):
         R, f, a = rad
@@ -416,10 +418,12 @@ def _close(self, op, v, center, rad, cb, coef, va, ra, vb, rb, c, F_in, F_acc, F
             if np.size(R) and coef > 0 else (0.0 if not np.size(R) else math.inf)
         room = t_max * (1.0 + c) * 2 <= F_acc.max
         in_over = rounded and not (t_max <= F_in.max)   # (a tf32 conversion may overflow)
-        if (ball and room and not in_over and un is None and F_out.name == F_acc.name
-                and F_acc.has_inf and isinstance(concrete(v), np.ndarray)
-                and np.ndim(concrete(v))):
-            r, n_bad = _K.ball_affine(center, R, f, cb, a)
+        vv = concrete(v)
+        if (room and not in_over and un is None and F_out.name == F_acc.name
+                and F_acc.has_inf and isinstance(vv, np.ndarray) and np.ndim(vv)
+                and vv.dtype in (np.float32, np.float64)):
+            r, n_bad = (_K.ball_affine(center, R, f, cb, a) if ball else
+                        _K.center_ball(center, vv, R, f, a, top, cb))
             if not n_bad:
                 return self.new_ball(v, r, top)
         lo, hi, n_bad = _K.center_bounds(center, *rad, top, cb)
