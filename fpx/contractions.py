@@ -45,8 +45,14 @@ def _tensordot_decomp(a, b, *, axes=2):
 
 def _dot_dtype(r, a, b):
     """numpy.dot/tensordot return the operands' promoted dtype, but ml_dtypes' matmul returns
-    float32 for bfloat16 operands: cast back to match."""
-    dt = np.result_type(fnp._dtype(a), fnp._dtype(b))
+    float32 for bfloat16 operands: cast back to match. Dtypes without a common one (float16
+    and bfloat16: NumPy's dot falls back to Python objects there) are a named error."""
+    try:
+        dt = np.result_type(fnp._dtype(a), fnp._dtype(b))
+    except TypeError:
+        raise TypeError(f"fpx: dot/tensordot of {fnp._dtype(a)} and {fnp._dtype(b)}: no common "
+                        "dtype (NumPy computes it on Python objects); cast one operand first") \
+            from None
     return r if fnp._dtype(r) == dt else fnp.astype(r, dt)
 
 

@@ -395,6 +395,28 @@ def concrete(x):
     return x
 
 
+_SCALAR_OPERATOR: contextvars.ContextVar[bool] = contextvars.ContextVar("fpx_scalar_operator",
+                                                                        default=False)
+
+
+def scalar_operator_active() -> bool:
+    """True while a Python operator applies to scalar values only (Python numbers -- traced
+    Python float or int inputs -- and NumPy scalars): the program computes that with the
+    operator itself (Python's arithmetic, NumPy's scalar math: a weak Python result, libm's
+    pow rather than NumPy's array loops), and an interpreter's value follows it."""
+    return _SCALAR_OPERATOR.get()
+
+
+@contextlib.contextmanager
+def scalar_operator():
+    """Within: :func:`scalar_operator_active` is True (``fpx.tracer_api``'s operators)."""
+    token = _SCALAR_OPERATOR.set(True)
+    try:
+        yield
+    finally:
+        _SCALAR_OPERATOR.reset(token)
+
+
 # --------------------------------------------------------------------------------------------
 # Tracer
 # --------------------------------------------------------------------------------------------
@@ -416,15 +438,17 @@ class Tracer:
     # -- abstract value ---------------------------------------------------------------------
     @property
     def shape(self) -> tuple:
-        return tuple(self.primal.shape)
+        return tuple(np.shape(self.primal))
 
     @property
     def dtype(self):
-        return self.primal.dtype
+        """The primal's dtype; a traced Python scalar's is NumPy's for it (float64, int64)."""
+        p = self.primal
+        return p.dtype if hasattr(p, "dtype") else np.result_type(concrete(p))
 
     @property
     def ndim(self) -> int:
-        return len(self.primal.shape)
+        return len(self.shape)
 
     @property
     def size(self) -> int:

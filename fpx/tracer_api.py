@@ -6,7 +6,20 @@ from __future__ import annotations
 import numpy as np
 
 from fpx import numpy as fnp
-from fpx.core import Tracer
+from fpx.core import Tracer, concrete, scalar_operator
+
+
+def _operator(fn, reflected=False):
+    """A Python operator: ``fn`` on the operands; where every operand's value is a scalar (a
+    Python number -- a traced Python float or int input -- or a NumPy scalar), the value is
+    the operator's own (``fpx.core.scalar_operator``)."""
+    def method(self, *other):
+        args = (other[0], self) if reflected else (self, *other)
+        if all(isinstance(concrete(a), (int, float, np.generic)) for a in args):
+            with scalar_operator():
+                return fn(*args)
+        return fn(*args)
+    return method
 
 
 class _TracerArrayAPI:
@@ -23,25 +36,25 @@ class _TracerArrayAPI:
         return fnp._dispatch_function(func, args, kwargs)
 
     # -- operators ----------------------------------------------------------------------------
-    def __add__(self, o): return fnp.add(self, o)
-    def __radd__(self, o): return fnp.add(o, self)
-    def __sub__(self, o): return fnp.subtract(self, o)
-    def __rsub__(self, o): return fnp.subtract(o, self)
-    def __mul__(self, o): return fnp.multiply(self, o)
-    def __rmul__(self, o): return fnp.multiply(o, self)
-    def __truediv__(self, o): return fnp.divide(self, o)
-    def __rtruediv__(self, o): return fnp.divide(o, self)
-    def __floordiv__(self, o): return fnp.floor_divide(self, o)
-    def __rfloordiv__(self, o): return fnp.floor_divide(o, self)
-    def __mod__(self, o): return fnp.remainder(self, o)
-    def __rmod__(self, o): return fnp.remainder(o, self)
-    def __pow__(self, o): return fnp._array_pow(self, o)
-    def __rpow__(self, o): return fnp.power(o, self)
+    __add__ = _operator(fnp.add)
+    __radd__ = _operator(fnp.add, reflected=True)
+    __sub__ = _operator(fnp.subtract)
+    __rsub__ = _operator(fnp.subtract, reflected=True)
+    __mul__ = _operator(fnp.multiply)
+    __rmul__ = _operator(fnp.multiply, reflected=True)
+    __truediv__ = _operator(fnp.divide)
+    __rtruediv__ = _operator(fnp.divide, reflected=True)
+    __floordiv__ = _operator(fnp.floor_divide)
+    __rfloordiv__ = _operator(fnp.floor_divide, reflected=True)
+    __mod__ = _operator(fnp.remainder)
+    __rmod__ = _operator(fnp.remainder, reflected=True)
+    __pow__ = _operator(fnp._array_pow)
+    __rpow__ = _operator(fnp.power, reflected=True)
     def __matmul__(self, o): return fnp.matmul(self, o)
     def __rmatmul__(self, o): return fnp.matmul(o, self)
-    def __neg__(self): return fnp.negative(self)
+    __neg__ = _operator(fnp.negative)
     def __pos__(self): return self
-    def __abs__(self): return fnp.abs(self)
+    __abs__ = _operator(fnp.abs)
     def __lt__(self, o): return fnp.less(self, o)
     def __le__(self, o): return fnp.less_equal(self, o)
     def __gt__(self, o): return fnp.greater(self, o)

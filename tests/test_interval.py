@@ -403,7 +403,7 @@ class Alt:
 
     # -- ops
     def cast(self, x, to):
-        to = np.dtype(to)
+        to, x = np.dtype(to), np.asarray(x)       # (a Python float: float64)
         if x.dtype == to:
             return x
         if self.cr_cast:

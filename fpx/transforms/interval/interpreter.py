@@ -16,11 +16,12 @@ two representations (both float64-sound, see ``enclosure``):
 from __future__ import annotations
 
 import math
+import operator
 
 import numpy as np
 
 from fpx import formats as _formats
-from fpx.core import Interpreter, Tracer, _user_frame, concrete
+from fpx.core import Interpreter, Tracer, _user_frame, concrete, scalar_operator_active
 from fpx.kernels import interval as _K
 from fpx.policy import get_policy
 from fpx.transforms.interval.enclosure import (E64, accuracy_terms, as_f64, gamma,
@@ -28,6 +29,13 @@ from fpx.transforms.interval.enclosure import (E64, accuracy_terms, as_f64, gamm
 from fpx.transforms.interval.result import Event
 
 MATMUL_MODES = ("midrad", "fast", "exact-center")
+
+
+#: primitives a Python operator on scalars computes (``value_of``)
+_SCALAR_OPS = {"add": operator.add, "sub": operator.sub, "mul": operator.mul,
+               "div": operator.truediv, "pow": operator.pow, "neg": operator.neg,
+               "abs": operator.abs, "floor_divide": operator.floordiv,
+               "remainder": operator.mod}
 
 
 class IntervalTracer(Tracer):
@@ -155,9 +163,10 @@ class IntervalInterpreter(Interpreter):
 
     def to_concrete(self, tracer, why):
         """A traced value becomes a Python number (``why``: the conversion). Where the bounds
-        cannot decide it, or where it carries round-off (its box has width) and so becomes a
-        constant without its bound, an event says so: the bound then covers only this run's
-        path, and ``classify`` says ``inconclusive`` rather than ``bug``."""
+        cannot decide it, where it carries round-off (its box has width) and so becomes a
+        constant without its bound, or where a floating value leaves as a Python float (what
+        Python's math does with it rounds unseen), an event says so: the bound then covers
+        only this run's path, and ``classify`` says ``inconclusive`` rather than ``bug``."""
         un = tracer.unstable
         if un is not None and np.any(un):
             self.note("unstable-control-flow", f"{why} decided by a value the bounds cannot "
@@ -165,6 +174,10 @@ class IntervalInterpreter(Interpreter):
         elif not tracer.point and bool(np.any(np.asarray(tracer.lo) != np.asarray(tracer.hi))):
             self.note("escaped-value", f"{why} at {_user_frame()}: a value with round-off "
                       "became a constant, without its bound")
+        elif why in ("float()", ".item()") and np.asarray(concrete(tracer.primal)).dtype.kind \
+                not in "biu":
+            self.note("escaped-value", f"{why} at {_user_frame()}: a value left fpx as a "
+                      "Python float; arithmetic on it is not bounded")
         return super().to_concrete(tracer, why)
 
     # -- accumulation constants ------------------------------------------------------------
@@ -201,8 +214,19 @@ class IntervalInterpreter(Interpreter):
 
     # -- operands --------------------------------------------------------------------------
     def value_of(self, prim, args, params):
-        """The program's own result: ``prim`` evaluated by the parent on the operands' values."""
+        """The program's own result: ``prim`` evaluated by the parent on the operands' values.
+        A Python operator on scalars only (Python numbers, NumPy scalars) is the operator's
+        own arithmetic, as in the program (``fpx.core.scalar_operator_active``): a weak
+        Python result, libm's pow rather than NumPy's array loop."""
         primals = [a.primal if self._own(a) else a for a in args]
+        op = _SCALAR_OPS.get(prim.name)
+        if (op is not None and not params and scalar_operator_active()
+                and all(isinstance(p, (int, float, np.generic)) for p in primals)):
+            r = op(*primals)        # (Python's errors -- 1/0.0, an overflowing pow -- as there)
+            if isinstance(r, complex):
+                raise TypeError(f"fpx: {prim.name} of {primals} is complex; fpx handles real "
+                                "floating point only")
+            return r
         return self.bind_parent(prim, *primals, **params)
 
     def _own(self, x):
@@ -214,8 +238,15 @@ class IntervalInterpreter(Interpreter):
 
     def bounds(self, x, dtype=None):
         """(lo, hi, unstable, point) of an operand; a constant is the point it becomes in an
-        op of result dtype ``dtype`` (NumPy converts weak Python scalars to it)."""
+        op of result dtype ``dtype`` (NumPy converts weak Python scalars to it, and a traced
+        Python scalar is rounded into it the same way: its bound takes that rounding)."""
         if self._own(x):
+            if type(x.primal) in (int, float) and dtype is not None and \
+                    np.dtype(dtype).kind in "fV" and np.dtype(dtype) != np.float64:
+                F = self.fmt(dtype)
+                with np.errstate(all="ignore"):
+                    rlo, rhi = round_bounds(x.lo, x.hi, F, self.accuracy("cast", F))
+                return np.minimum(x.lo, rlo), np.maximum(x.hi, rhi), x.unstable, False
             return x.lo, x.hi, x.unstable, x.point
         c = concrete(x)
         if type(c) in (int, float) and dtype is not None and np.dtype(dtype).kind in "fV":

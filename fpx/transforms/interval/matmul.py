@@ -215,16 +215,21 @@ class _Contraction:
 
 
 def matmul_unstable(au, bu, shape):
-    """Outputs whose row of A or column of B holds an unstable element."""
+    """Outputs whose row of A or column of B holds a marked element (a 1-D operand is one
+    row or column: its marks reach every output; a 1-D partner removes an axis of y)."""
     if au is None and bu is None:
         return None
     out = np.zeros(shape, bool)
     if au is not None:
-        out |= np.broadcast_to(np.any(au, axis=-1, keepdims=True) if np.ndim(au) > 1
-                               else np.any(au), shape)
+        rows = np.any(au, axis=-1) if np.ndim(au) > 1 else np.any(au)
+        if np.ndim(au) > 1 and len(shape) >= np.ndim(au):     # B a matrix: y's last axis is N
+            rows = rows[..., None]
+        out |= np.broadcast_to(rows, shape)
     if bu is not None:
-        bb = np.any(bu, axis=-2, keepdims=True) if np.ndim(bu) > 1 else np.any(bu)
-        out |= np.broadcast_to(bb, shape)
+        cols = np.any(bu, axis=-2) if np.ndim(bu) > 1 else np.any(bu)
+        if np.ndim(bu) > 1 and len(shape) >= np.ndim(bu):     # A a matrix: y's axis -2 is M
+            cols = cols[..., None, :]
+        out |= np.broadcast_to(cols, shape)
     return out
 
 

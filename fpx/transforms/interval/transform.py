@@ -59,7 +59,8 @@ def _is_interval(x) -> bool:
 
 
 def _traced_float(x) -> bool:
-    return isinstance(x, Interval) or type(x) is float
+    """Intervals and Python numbers (floats, and ints that float64 holds exactly) are traced."""
+    return isinstance(x, Interval) or type(x) is float or (type(x) is int and abs(x) <= 2 ** 53)
 
 
 def _input(interp, x):
@@ -67,7 +68,7 @@ def _input(interp, x):
     float (a point, weak as NumPy takes it)."""
     if isinstance(x, Interval):
         value, lo, hi, point = x.value, x.lo, x.hi, is_point(x.lo, x.hi)
-    elif type(x) is float:
+    elif type(x) in (int, float):
         value, point = x, True
         lo = hi = np.float64(x)
     else:
