@@ -173,11 +173,13 @@ class _ArraySink:
 
 
 class _IntervalSink:
-    """An Interval output: its lo, hi and value, and its unstable mask once a slice has one."""
+    """An Interval output: its lo, hi and value, its unstable mask once a slice has one, and
+    the slices' events (each kind and text once, counts added)."""
 
     def __init__(self, first, i, axis, n):
         self.parts = [_ArraySink(getattr(first, k), i, axis, n) for k in ("lo", "hi", "value")]
         self.i, self.axis, self.n, self.unstable = i, axis, n, None
+        self.events = {}
 
     def put(self, x, start, stop):
         for s, part in zip(self.parts, (x.lo, x.hi, x.value)):
@@ -187,8 +189,12 @@ class _IntervalSink:
                 self.unstable = _ArraySink(x.lo, self.i, self.axis, self.n, bool)
                 self.unstable.out[...] = False
             self.unstable.put(np.broadcast_to(x.unstable, x.lo.shape), start, stop)
+        for e in x.events:
+            seen = self.events.get((e.kind, e.what))
+            self.events[(e.kind, e.what)] = e if seen is None else \
+                type(e)(e.kind, e.what, seen.count + e.count)
 
     def result(self):
         lo, hi, value = (s.result() for s in self.parts)
         un = None if self.unstable is None else self.unstable.result()
-        return Interval._trusted(lo, hi, value, un)
+        return Interval._trusted(lo, hi, value, un, self.events.values())

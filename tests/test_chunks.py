@@ -75,3 +75,9 @@ def test_chunked_refuses_what_it_cannot_assemble():
 def test_chunked_empty_batch():
     iv = fpx.chunked(fpx.interval(np.tanh), 4)(np.ones((0, 3), np.float32))
     assert iv.shape == (0, 3) and iv.value.dtype == np.float32
+
+
+def test_a_chunked_interval_gathers_the_slices_events():
+    x = np.random.default_rng(0).random((8, 4096)).astype(np.float16)
+    iv = fpx.chunked(fpx.interval(lambda t: np.sum(t, axis=1)), 2)(x)
+    assert [(e.kind, e.count) for e in iv.events] == [("long-sum", 4)]

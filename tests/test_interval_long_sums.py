@@ -5,6 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+import fpx
 from fpx.transforms.interval import run_interval
 
 
@@ -22,6 +23,13 @@ def test_a_long_sum_is_noted_and_a_short_one_is_not(prim, f):
     assert "reshape(-1, b)" in ev[0].what
     assert _sum(f, x[:64])[1] == []                  # (n - 1)·u = 0.03: no event
     assert _sum(f, x, bound="probabilistic")[1] == []
+
+
+def test_the_event_reaches_a_plain_interval_user():
+    x = np.random.default_rng(0).random(4096).astype(np.float16)
+    iv = fpx.interval(np.sum)(x)
+    assert [e.kind for e in iv.events] == ["long-sum"]
+    assert fpx.interval(np.sum)(x[:64]).events == ()
 
 
 def test_the_alternatives_the_event_names_are_tighter_and_sound():

@@ -96,6 +96,11 @@ def _bf16_runs(L, M):
             and math.prod(L.shape) * M.shape[-1] >= 2 ** 21 and _amx())
 
 
+def _finite(R):
+    """Every element of the nonnegative R is finite (one reduction, no mask; NaN fails)."""
+    return not np.size(R) or float(np.max(R)) < math.inf
+
+
 def upper_gemm(L, M, K, small, scale=1.0, add=0.0, bf16=False):
     """(R, f, a) with ``scale·(L @ M) + add <= R·f + a`` for nonnegative L, M. ``small`` (a
     float32-or-narrower program): in float32 (``bf16``: on AMX where it runs), else and where
@@ -104,11 +109,11 @@ def upper_gemm(L, M, K, small, scale=1.0, add=0.0, bf16=False):
         Lf, Mf = f32_upper(L), f32_upper(M)
         if bf16 and _bf16_runs(Lf, Mf):
             R, f, a = _bf16.matmul_upper(_kconv._torch(), Lf, Mf)
-            if np.isfinite(R).all():
+            if _finite(R):
                 return R, up(scale * f, 1), up(scale * a, 1) + add
         with np.errstate(all="ignore"):
             R = gemm(Lf, Mf)
-        if np.isfinite(R).all():
+        if _finite(R):
             corr = scale / (1.0 - gamma(K + 1, U32))
             return R, corr, corr * K * 2.0 ** -150 + add
     with np.errstate(all="ignore"):
@@ -124,7 +129,7 @@ def upper_conv(L, W, bias, conv_params, K, scale, run, bf16):
     if bf16 and _amx():
         got = _kconv.conv_upper_bf16(L, W, bias, p["stride"], p["padding"], p["dilation"],
                                      p["groups"])
-        if got is not None and np.isfinite(got[0]).all():
+        if got is not None and _finite(got[0]):
             R, f, a = got
             return R, up(scale * f, 1), up(scale * a, 1)
     R = np.asarray(run(L, W, bias))

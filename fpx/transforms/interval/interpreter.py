@@ -41,7 +41,8 @@ _SCALAR_OPS = {"add": operator.add, "sub": operator.sub, "mul": operator.mul,
 class IntervalTracer(Tracer):
     """A traced value and its enclosure: a box (``lo``, ``hi``) or a ball (``rad`` about the
     value; ``top``: past this magnitude an execution may overflow, so the box is infinite
-    there). ``point``: the enclosure is the value itself (no round-off yet)."""
+    there). ``point``: the enclosure is the value itself (no round-off yet; a point input's
+    float64 box is made when a rule first asks for it)."""
     __slots__ = ("_lo", "_hi", "rad", "top", "unstable", "point")
 
     def __init__(self, interp, primal, lo, hi, unstable=None, point=False, rad=None,
@@ -52,6 +53,9 @@ class IntervalTracer(Tracer):
 
     def _box(self):
         v = concrete(self.primal)
+        if self.rad is None:            # a point input: its value in float64
+            self._lo = self._hi = as_f64(v)
+            return
         if np.asarray(v).dtype not in (np.float32, np.float64):
             v = as_f64(v)
         lo, hi, _ = _K.center_bounds(v, self.rad, 1.0, 0.0, self.top)

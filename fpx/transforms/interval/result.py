@@ -18,10 +18,12 @@ class Interval:
 
     ``value`` is the program's own result (its dtype); ``lo``/``hi`` are float64;
     ``unstable`` marks elements whose computation passed a branch the bounds could not decide.
+    ``events``: what the run that computed it could not decide or chose to report (unstable
+    branches, escapes, domain edges, long sums: :class:`Event`); empty for an input.
     Build an input interval with ``Interval(lo, hi, value)`` or :meth:`around`.
     """
 
-    __slots__ = ("value", "lo", "hi", "unstable")
+    __slots__ = ("value", "lo", "hi", "unstable", "events")
 
     def __init__(self, lo, hi, value=None, unstable=None):
         xp = xp_of(lo) if is_cupy(lo) else xp_of(hi)     # CuPy if either end lives on the GPU
@@ -37,9 +39,10 @@ class Interval:
             _check_value_inside(value, self.lo, self.hi)
         self.value = value
         self.unstable = unstable
+        self.events = ()
 
     @classmethod
-    def _trusted(cls, lo, hi, value, unstable=None):
+    def _trusted(cls, lo, hi, value, unstable=None, events=()):
         """An interval the interpreter built (float64 arrays, lo <= hi or NaN): no order checks.
 
         Inside the interpreter a NaN end means "an execution may give NaN" (an input interval
@@ -59,13 +62,15 @@ class Interval:
                 unstable = opened if unstable is None else (xp.asarray(unstable) | opened)
         self = object.__new__(cls)
         self.lo, self.hi, self.value, self.unstable = lo, hi, value, unstable
+        self.events = tuple(events)
         return self
 
     def _fpx_convert(self, convert):
         """The same interval with its ``value`` converted by ``convert`` (a framework
         adapter's array <-> tensor conversion, ``fpx.transform.adapt``): the same numbers, so
         no second check of lo <= value <= hi."""
-        return Interval._trusted(self.lo, self.hi, convert(self.value), self.unstable)
+        return Interval._trusted(self.lo, self.hi, convert(self.value), self.unstable,
+                                 self.events)
 
     @classmethod
     def around(cls, value, radius=0.0, rel=0.0):

@@ -73,9 +73,11 @@ def _input(interp, x):
         lo = hi = np.float64(x)
     else:
         value, point = x, True
-        lo = hi = as_f64(concrete(x))
+        lo = hi = None                  # (the interpreter's float64 copy, made where needed)
     F = interp.fmt(np.asarray(concrete(as_array(value))).dtype)
     if isinstance(F, _formats.FlushedFormat):
+        if lo is None:
+            lo = hi = as_f64(concrete(x))
         lo, hi, moved = flush_inputs(lo, hi, F)
         point = point and not moved
     return IntervalTracer(interp, value, lo, hi, x.unstable if isinstance(x, Interval) else None,
@@ -84,11 +86,13 @@ def _input(interp, x):
 
 def _output(interp, x):
     """An output leaf as an Interval: the interpreter's tracer with its bounds, anything else
-    (a constant) as a point."""
+    (a constant) as a point; each with the run's events."""
     if own(interp, x):
-        return Interval._trusted(x.lo, x.hi, x.primal, x.unstable)
+        return Interval._trusted(x.lo, x.hi, x.primal, x.unstable, interp.events)
     c = as_f64(concrete(x))
-    return Interval(c, c, x)
+    iv = Interval(c, c, x)
+    iv.events = tuple(interp.events)
+    return iv
 
 
 def on_device(x) -> bool:
@@ -134,5 +138,6 @@ def _run_interval_from_device(f, args, kwargs, trace_floats=True, **options):
         g = concrete(g)
         value = g if is_cupy(g) else cupy.asarray(iv.value)
         un = None if iv.unstable is None else cupy.asarray(iv.unstable)
-        res.append(Interval._trusted(cupy.asarray(iv.lo), cupy.asarray(iv.hi), value, un))
+        res.append(Interval._trusted(cupy.asarray(iv.lo), cupy.asarray(iv.hi), value, un,
+                                     iv.events))
     return interp, tree.unflatten(o_td, res)
