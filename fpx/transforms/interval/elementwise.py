@@ -392,12 +392,13 @@ def _remainder(self, prim, a, b):
 def _ball_constant(self, prim, a, b):
     """(x, c, value, F) for a ball rule: x a ball operand, c a constant, the result a finite
     float32/float64 array of x's shape and dtype (a ball of any other kind is read as a box).
-    A Python literal takes part only where x's format holds it exactly (``x * 2``,
+    A point of this interpreter (an input, a residual ``x + f(x)``) is a constant too. A
+    Python literal takes part only where x's format holds it exactly (``x * 2``,
     ``max(x, 0)``); another literal's rounding is bounded by the box rule."""
     x, c = (a, b) if self._own(a) and a.is_ball else (b, a)
-    if self._own(c) or not (self._own(x) and x.is_ball):
+    if not (self._own(x) and x.is_ball) or (self._own(c) and not (c.point and c.unstable is None)):
         return None
-    xv, cv = concrete(x.primal), concrete(c)
+    xv, cv = concrete(x.primal), self.primal_of(c)
     try:        # decided before the value is computed (else the box rule computes it again)
         fits = (isinstance(xv, np.ndarray) and xv.ndim and xv.dtype in (np.float32, np.float64)
                 and np.result_type(xv, cv) == xv.dtype
