@@ -13,7 +13,7 @@ from fpx.core import EvalInterpreter, concrete, is_cupy, using
 from fpx.kernels import interval as _K
 from fpx.transforms.interval.enclosure import (E64, LIBM64_ULPS, TINY64, as_f64, gamma,
                                                or_unstable, overflow, rounding_terms, up, xp_of)
-from fpx.transforms.interval.interpreter import rule
+from fpx.transforms.interval.interpreter import ball_rule, rule
 from fpx.transforms.interval.reductions import acc_delta, count
 
 
@@ -410,3 +410,47 @@ def _batch_norm(self, prim, x, mean, var, weight=None, bias=None, *, axis, eps):
     return self.new(v, lo, hi, un)
 
 
+@ball_rule("batch_norm")
+def _ball_batch_norm(self, prim, x, mean, var, weight=None, bias=None, *, axis, eps):
+    """``x·alpha + beta`` of a ball x (|x - v_x| <= r), alpha and beta as in the box rule:
+    an execution errs from the exact ``x'·α + β`` (x' within r of v_x, α in [α], β in [β]) by
+    ``q1·|x'α| + e1 + q2·(|x'α + β| + q1·|x'α| + e1) + e2`` (the policy's mul and add), the
+    exact map moves by ``r·A + |v_x|·dα + dβ`` (A = max|α|, dα, dβ: [α]'s and [β]'s reach
+    from their values), and the program's value (NumPy's IEEE mul and add, q0 = 2^-p) by
+    ``q0·|v_x·α_v|·(2 + q0) + η/2·(1 + q0) + q0·|β_v|``: per channel ``r' = G·r + H·|v_x| +
+    K`` in one pass (``ball_affine``). None (the box rule) where an input is unstable or
+    not a float32/float64 ball, the accuracies are input-dependent, or a radius is not
+    finite."""
+    if not (self._own(x) and x.is_ball and x.unstable is None):
+        return None
+    px = concrete(x.primal)
+    if not (isinstance(px, np.ndarray) and px.dtype in (np.float32, np.float64)):
+        return None
+    F = self.fmt(px.dtype)
+    accs = (self.accuracy("mul", F), self.accuracy("add", F))
+    if not F.has_inf or any(a.input_dependent for a in accs):
+        return None
+    stats = (mean, var, weight, bias)
+    alpha, beta = _bn_coefficients(self, stats, eps, px.dtype, px.ndim, axis)
+    slo, shi, su, _ = self.bounds(alpha, px.dtype)
+    tlo, thi, tu, _ = self.bounds(beta, px.dtype)
+    if su is not None or tu is not None:
+        return None
+    va, vb = (as_f64(self.primal_of(t)) for t in (alpha, beta))
+    with using(self.parent):            # the decomposition's last two ops, by the parent
+        v = _nn.scale_shift(x.primal, self.primal_of(alpha), self.primal_of(beta))
+    (q1, e1), (q2, e2) = (self.rel_abs(n, F) for n in ("mul", "add"))
+    q0, e0 = 2.0 ** -F.p, F.smallest_subnormal / 2
+    with np.errstate(all="ignore"):
+        A = np.maximum(np.abs(slo), np.abs(shi))
+        dA = np.maximum(shi - va, va - slo)
+        B = np.maximum(np.abs(tlo), np.abs(thi))
+        dB = np.maximum(thi - vb, vb - tlo)
+        G = up(A * ((1 + q1) * (1 + q2)), 4)
+        H = up(dA + A * (q1 + q2 + q1 * q2) + np.abs(va) * (q0 * (2 + q0)), 6)
+        K = up(dB + e1 * (1 + q2) + q2 * B + e2 + e0 * (1 + q0) + q0 * np.abs(vb), 8)
+    rad, n_bad = _K.ball_affine(px, x.rad, G, H, K)
+    vv = concrete(v)
+    if n_bad or not (np.size(vv) == 0 or float(np.max(np.abs(vv))) <= F.max):
+        return None
+    return self.new_ball(v, rad, F.max)
