@@ -197,12 +197,16 @@ def gelu(x, approximate="none"):
 # --------------------------------------------------------------------------------------------
 # softmax family
 # --------------------------------------------------------------------------------------------
-def _softmax_decomp(x, *, axis=-1):
+def _softmax_decomp(x, *, axis=-1, stored=None):
     """e / sum(e) with e = exp(x - max(x)) (a +inf entry makes the row NaN, an all -inf row
-    is NaN, as in PyTorch)."""
+    is NaN, as in PyTorch); with ``stored`` (a dtype), the numerator e (not the sum's terms)
+    rounded to that format and read back in x's."""
     m = fnp.max(x, axis, keepdims=True)
     e = fnp.exp(fnp.subtract(x, m))
-    return fnp.divide(e, fnp.sum(e, axis, keepdims=True))
+    s = fnp.sum(e, axis, keepdims=True)
+    if stored is not None:
+        e = fnp.astype(fnp.astype(e, stored), _dtype(x))
+    return fnp.divide(e, s)
 
 
 def _softmax_native(B):
@@ -211,32 +215,54 @@ def _softmax_native(B):
     if B.name != "numpy":
         return _softmax_decomp
 
-    def softmax_numpy(x, *, axis=-1):
-        y = _kblas.softmax(x, axis)
-        return _softmax_decomp(x, axis=axis) if y is None else y
+    def softmax_numpy(x, *, axis=-1, stored=None):
+        y = None if stored is not None else _kblas.softmax(x, axis)
+        return _softmax_decomp(x, axis=axis, stored=stored) if y is None else y
     return softmax_numpy
 
 
 _softmax = Composite("softmax", _softmax_decomp, _softmax_native, kind="reduction")
 
 
-def softmax(x, axis=-1):
-    """softmax along ``axis``: exp(x - max) / sum(exp(x - max))."""
-    return _softmax.bind(x, axis=_axis(axis, len(_shape(x))))
+def _stored(stored, x):
+    """``stored`` as a dtype, None where it is x's own (no extra rounding)."""
+    if stored is None or np.dtype(stored) == _dtype(x):
+        return None
+    return np.dtype(stored)
 
 
-def _log_softmax_decomp(x, *, axis=-1):
-    """(x - m) - log(sum(exp(x - m))) with m = max(x)."""
+def softmax(x, axis=-1, stored=None):
+    """softmax along ``axis``: exp(x - max) / sum(exp(x - max)). ``stored``: a format the
+    numerator exp(x - max) may be rounded to before the division (torch's float16/bfloat16 CPU
+    kernel over a dim other than the last does so on its scalar path: a vector's tail); the
+    bound covers the rounded and the unrounded numerator alike."""
+    return _softmax.bind(x, axis=_axis(axis, len(_shape(x))), stored=_stored(stored, x))
+
+
+def _log_softmax_decomp(x, *, axis=-1, stored=None):
+    """(x - m) - log(sum(exp(x - m))) with m = max(x); with ``stored`` (a dtype), the sum and
+    its log are each rounded to that format and read back in x's, as torch's CPU kernel does
+    for float16/bfloat16 over the last axis."""
     s = fnp.subtract(x, fnp.max(x, axis, keepdims=True))
-    return fnp.subtract(s, fnp.log(fnp.sum(fnp.exp(s), axis, keepdims=True)))
+    t = fnp.sum(fnp.exp(s), axis, keepdims=True)
+    if stored is None:
+        return fnp.subtract(s, fnp.log(t))
+    dt = _dtype(x)
+
+    def rounded(v):
+        return fnp.astype(fnp.astype(v, stored), dt)
+    return fnp.subtract(s, rounded(fnp.log(rounded(t))))
 
 
 _log_softmax = Composite("log_softmax", _log_softmax_decomp, kind="reduction")
 
 
-def log_softmax(x, axis=-1):
-    """log(softmax(x)) along ``axis``, computed as (x - max) - log(sum(exp(x - max)))."""
-    return _log_softmax.bind(x, axis=_axis(axis, len(_shape(x))))
+def log_softmax(x, axis=-1, stored=None):
+    """log(softmax(x)) along ``axis``, computed as (x - max) - log(sum(exp(x - max))).
+    ``stored``: the format the sum of the exponentials and its log are rounded to before use
+    (torch's float16/bfloat16 CPU kernel over the last axis keeps them in the input's format);
+    None: x's own format, no extra rounding."""
+    return _log_softmax.bind(x, axis=_axis(axis, len(_shape(x))), stored=_stored(stored, x))
 
 
 # --------------------------------------------------------------------------------------------

@@ -127,7 +127,7 @@ def reshape(a, shape):
     strided view, as attention's head split makes) copies on torch's threads (NumPy's copy
     runs on one thread). The same elements in the same order either way."""
     if (_TORCH_GEMMS.get() and _viewable(a, 1) and a.size >= 2 ** 16
-            and not a.flags.c_contiguous):
+            and not a.flags.c_contiguous and a.dtype.kind in "fiub"):   # torch.from_numpy's
         torch = _torch()
         try:
             if torch:

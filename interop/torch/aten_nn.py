@@ -175,18 +175,27 @@ def _layer_norm(ctx, x, normalized_shape, w, b, eps):
      "aten.log_softmax.int")
 def _softmax(ctx, x, dim, half_to_float=False, **kw):
     """softmax/log_softmax along ``dim``; float16/bfloat16 computed in float32, rounded once
-    (torch's CPU kernels). ``_safe_softmax``: rows that are entirely -inf give 0."""
+    (torch's CPU kernels), with two exceptions on CPU (``stored``): log_softmax over the last
+    dim rounds the sum of the exponentials, and then its log, to the input's dtype; softmax
+    over another dim rounds exp(x - max) to it before the division on its scalar path (the
+    tail of a vector, which depends on the sizes and the threads: the bound covers both).
+    ``_safe_softmax``: rows that are entirely -inf give 0."""
     comp = opmath(dtype_of(x))
     y = cast(x, comp)
-    d = dim_of(dim, len(shape_of(x)))
+    nd = len(shape_of(x))
+    d = dim_of(dim, nd)
+    last = d == max(nd - 1, 0)
+    half_cpu = dtype_of(x) in HALF and ctx.xp is np           # CUDA's kernels: opmath
     if "log_softmax" in ctx.op:
-        return cast(fnn.log_softmax(y, d), ctx.dtype)
+        return cast(fnn.log_softmax(y, d, stored=dtype_of(x) if half_cpu and last else None),
+                    ctx.dtype)
+    stored = dtype_of(x) if half_cpu and not last else None
     if "_safe_softmax" in ctx.op:
         ninf = cast(-np.inf, comp)
         dead = fnp.all(fnp.equal(y, ninf), d, keepdims=True)
-        s = fnn.softmax(fnp.where(dead, cast(0, comp), y), d)
+        s = fnn.softmax(fnp.where(dead, cast(0, comp), y), d, stored=stored)
         return cast(fnp.where(dead, cast(0, comp), s), ctx.dtype)
-    return cast(fnn.softmax(y, d), ctx.dtype)
+    return cast(fnn.softmax(y, d, stored=stored), ctx.dtype)
 
 
 @_op("aten.scaled_dot_product_attention")

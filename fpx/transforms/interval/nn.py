@@ -23,26 +23,26 @@ def rel_abs(acc, F):
 
 
 @rule("log_softmax")
-def _log_softmax(self, prim, x, *, axis=-1):
+def _log_softmax(self, prim, x, *, axis=-1, stored=None):
     """log_softmax as its decomposition, the upper bound cut at that of a single element 0
     (``c``, ~0): every execution's result is at most that -- x - max(x) rounds to s <= 0 (0
     for the largest), so the sum of the exps is >= the computed exp(0), every log of such a
     sum is >= the least log of [exp(0)]'s bound (log is increasing, its error bound grows
-    with |log|, and log 1 = 0 is inside), and s - log(sum) <= 0 - log(exp(0)) rounds to at
-    most c -- the same argument for the fused x - (max + log Σ). The interval ops do not see
-    it: the largest element's bound reached above 0, or +inf where a wide box's exps
-    overflowed."""
-    y = prim.decomposition(x, axis=axis)
+    with |log|, and log 1 = 0 is inside; rounding the sum or the log to ``stored`` is
+    monotone), and s - log(sum) <= 0 - log(exp(0)) rounds to at most c -- the same argument
+    for the fused x - (max + log Σ). The interval ops do not see it: the largest element's
+    bound reached above 0, or +inf where a wide box's exps overflowed."""
+    y = prim.decomposition(x, axis=axis, stored=stored)
     if not self._own(y):
         return y
     dt = np.asarray(self.primal_of(x)).dtype
     zero = self.new(np.zeros(1, dt), np.zeros(1), np.zeros(1))
-    c = float(np.max(prim.decomposition(zero, axis=0).hi))
+    c = float(np.max(prim.decomposition(zero, axis=0, stored=stored).hi))
     return self.new(y.primal, y.lo, np.minimum(y.hi, max(c, 0.0)), y.unstable)
 
 
 @rule("softmax")
-def _softmax(self, prim, x, *, axis=-1):
+def _softmax(self, prim, x, *, axis=-1, stored=None):
     """Monotone bound of softmax (a composite): y_i increases with x_i and decreases with every
     other x_j, so over a box y_i lies in [e(lo_i) / (e(lo_i) + sum_{j!=i} e(hi_j)),
     e(hi_i) / (e(hi_i) + sum_{j!=i} e(lo_j))] -- exact where interval arithmetic on the
@@ -52,7 +52,8 @@ def _softmax(self, prim, x, *, axis=-1):
     by the exp/sum/division error factors from the policy. Applies where the policy's
     accuracies for sub/exp/div are constants and the input bounds are finite; elsewhere the
     decomposition runs ("where the policy allows"), and for point inputs and float64 programs
-    (where the decomposition is as tight)."""
+    (where the decomposition is as tight). A numerator rounded to ``stored`` first is
+    folded into the division's error: round(e(1 + θ) + η)/S with S >= dlow."""
     vx = concrete(self.primal_of(x))
     dt = np.asarray(vx).dtype
     lo, hi, u, pt = self.bounds(x)
@@ -68,8 +69,8 @@ def _softmax(self, prim, x, *, axis=-1):
                 self.accuracy("reduce_sum", Facc).input_dependent:
             accs = None
     if accs is None or not (all_finite(lo) and all_finite(hi)):
-        return prim.decomposition(x, axis=axis)
-    v = self.value_of(prim, (x,), {"axis": axis})
+        return prim.decomposition(x, axis=axis, stored=stored)
+    v = self.value_of(prim, (x,), {"axis": axis, "stored": stored})
     ax = axis % np.ndim(vx)
     n = np.shape(vx)[ax]
     (r_s, a_s), (r_e, a_e), (r_d, a_d) = (rel_abs(a, F) for a in accs)
@@ -81,7 +82,10 @@ def _softmax(self, prim, x, *, axis=-1):
     dlow = (1 - r_e) * (1 - gam) - n * a_e * (1 + gam) - beta
     dhigh = (1 + r_e) * (1 + gam) + n * a_e * (1 + gam) + beta
     if not dlow > 0:
-        return prim.decomposition(x, axis=axis)
+        return prim.decomposition(x, axis=axis, stored=stored)
+    if stored is not None:
+        r_c, a_c = rel_abs(self.accuracy("cast", self.fmt(stored)), self.fmt(stored))
+        r_d, a_d = r_d + r_c + r_d * r_c, a_d + a_c * (1 + r_d) / dlow
     un = None if u is None else np.broadcast_to(np.any(u, axis=ax, keepdims=True), np.shape(lo))
     if isinstance(lo, np.ndarray) and isinstance(hi, np.ndarray) and n > 0:
         # the same bound, one row at a time in a compiled loop (kernels/interval.py)
