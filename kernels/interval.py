@@ -1029,20 +1029,20 @@ def _ball_affine_loop(v, r, g, b, a, out):
     for i in range(out.shape[0]):
         for j in range(out.shape[1]):
             vv = np.float64(_at(v, i, j))
-            rr = (np.float64(_at(r, i, j)) * _at(g, i, j) + abs(vv) * b + _at(a, i, j)) \
-                * (1.0 + 4 * _E)
+            rr = (np.float64(_at(r, i, j)) * _at(g, i, j) + abs(vv) * _at(b, i, j)
+                  + _at(a, i, j)) * (1.0 + 4 * _E)
             _put_up(out, i, j, rr)
             n_bad += (abs(vv) == math.inf) | (vv != vv) | (rr != rr) | (rr == math.inf)
     return n_bad
 
 
 def ball_affine(v, r, g, b, a):
-    """(r', n_bad): ``r' >= g·r + b·|v| + a`` elementwise (g, a arrays or scalars, b a
-    scalar): a ball's radius about a new value v (a GEMM's ``R·f + a + b·|v|``; a constant
-    added or multiplied); ``n_bad`` counts non-finite values or radii."""
-    args, (o,), shape, (ro,) = _flat((v, r, g, a), (_radius_dtype(v),))
-    vv, rr, gg, aa = args
-    n_bad = _ball_affine_loop(vv, rr, gg, float(b), aa, o)
+    """(r', n_bad): ``r' >= g·r + b·|v| + a`` elementwise (g, b, a arrays -- a row, a
+    per-channel column -- or scalars): a ball's radius about a new value (a GEMM's ``R·f + a
+    + b·|v|``; a constant added or multiplied; a per-channel affine map, v its input's value);
+    ``n_bad`` counts non-finite values or radii."""
+    args, (o,), shape, (ro,) = _flat((v, r, g, b, a), (_radius_dtype(v),))
+    n_bad = _ball_affine_loop(*args, o)
     return _result(ro, shape), n_bad
 
 

@@ -1951,6 +1951,41 @@ def test_conv_rule_sound_on_every_conv_shape(xs, ws, kw, point):
         assert np.all(out.lo <= ex - g) and np.all(ex + g <= out.hi)
 
 
+@pytest.mark.parametrize("seed", [0, 1])
+def test_batch_norm_of_a_ball_stays_a_ball_sound_and_as_tight_as_the_box(seed):
+    """A convolution's ball through an inference batch norm (the ball rule): the program's
+    value, other executions (reversed taps) and the exact results inside; within the box
+    rule's width plus what the ball counts twice or by the triangle inequality: the value's
+    own two roundings and the add's rounding on |x·α| + |β| (at most 2^-24·(6·|x·α| + 3·|β|)
+    a side; the box rule rounds relative to |x·α + β|)."""
+    rng = np.random.default_rng(seed)
+    x = rng.standard_normal((4, 8, 5, 5)).astype(np.float32)
+    w = (rng.standard_normal((8, 8, 3, 3)) * 0.3).astype(np.float32)
+    m, v = (rng.standard_normal(8) * 0.1).astype(np.float32), rng.uniform(0.5, 1.5, 8)
+    g, b = rng.standard_normal(8).astype(np.float32), rng.standard_normal(8).astype(np.float32)
+    v = v.astype(np.float32)
+
+    def f(h, w=w):
+        return fnn.batch_norm(fnn.conv(h, w, None, padding=1), m, v, g, b, axis=1, eps=1e-5)
+    out = fpx.interval(f)(x)
+    ball = IntervalInterpreter.ball_rules.pop("batch_norm")
+    try:
+        box = fpx.interval(f)(x)
+    finally:
+        IntervalInterpreter.ball_rules["batch_norm"] = ball
+    assert np.array_equal(out.value, f(x)) and np.array_equal(out.value, box.value)
+    assert not np.array_equal(out.lo, box.lo)                  # the ball rule ran
+    y_rev = f(x[:, :, ::-1, ::-1].copy(), w[:, :, ::-1, ::-1].copy())[:, :, ::-1, ::-1]
+    exact = fnn.batch_norm(fnn.conv(f64(x), f64(w), None, padding=1), f64(m), f64(v), f64(g),
+                           f64(b), axis=1, eps=1e-5)
+    assert out.contains(y_rev).all() and out.contains(exact).all()
+    alpha = f64(g) / np.sqrt(f64(v) + 1e-5)
+    xa = np.abs(fnn.conv(f64(x), f64(w), None, padding=1) * alpha[:, None, None])
+    beta = np.abs(f64(b) - f64(m) * alpha)[:, None, None]
+    own = 2.0 ** -24 * (6 * xa + 3 * beta) * (1 + 1e-3)
+    assert np.all(out.width <= box.width + 2 * own + 1e-30)
+
+
 @pytest.mark.parametrize("dt", [np.float32, np.float16, ml_dtypes.bfloat16, np.float64],
                          ids=["f32", "f16", "bf16", "f64"])
 def test_batch_norm_rule_is_its_decomposition_in_one_pass(dt):
