@@ -777,12 +777,22 @@ def test_batch_statistics_normalization_contains_torchs_output(make, shape, offs
     assert "group_norm" in fpx.trace(m)(x.to(dtype)).primitives    # (a row of layer_norm each)
 
 
-def test_batch_statistics_normalization_of_half_types_raises_naming_the_op():
-    m = nn.InstanceNorm2d(4).eval().bfloat16()
-    with pytest.raises(fit.UnmappedOpError, match=r"no_stats.*bfloat16"):
-        fpx.interval(m)(torch.randn(2, 4, 3, 3).bfloat16())
-    with pytest.raises(fit.UnmappedOpError, match=r"group_norm.*bfloat16"):
-        fpx.interval(nn.GroupNorm(2, 4).bfloat16())(torch.randn(2, 4, 3, 3).bfloat16())
+def test_batch_statistics_normalization_of_half_types_holds_torchs_output():
+    """Issue 28: batch norm by batch statistics (BatchNorm1d without running stats), instance
+    and group norm of bfloat16/float16 inputs are mapped (they raised); the bound holds
+    torch's CPU output and the float32 run, and classify says round-off against the float32
+    run rounded to the module's dtype."""
+    g = torch.Generator().manual_seed(4)
+    for dt in (torch.bfloat16, torch.float16):
+        for m, shape in ((nn.BatchNorm1d(6, track_running_stats=False), (16, 6)),
+                         (nn.InstanceNorm2d(4), (2, 4, 3, 3)), (nn.GroupNorm(2, 4), (2, 4, 3, 3))):
+            x = (torch.randn(*shape, generator=g) * 2 + 1).to(dt).float()   # representable
+            m32 = m.eval()
+            ref = m32(x)
+            mh = copy.deepcopy(m32).to(dt)
+            iv = fpx.interval(mh)(x.to(dt))
+            assert iv.contains(mh(x.to(dt)).double()).all() and iv.contains(ref.double()).all()
+            assert fpx.classify(mh, ref.to(dt), x.to(dt), layers=False).kind == "roundoff"
 
 
 def test_group_norm_saved_statistics_match_torchs():

@@ -71,6 +71,9 @@ TANH_CANCEL = ("1 + tanh(u) cancels for u < -8: SLEEF's tanh gives -1 there (out
                "the rounded exact tanh does not")
 LN_FORMULA = ("torch computes x·(rstd·w) + (b - mean·rstd·w); fpx.stochastic runs the "
               "decomposition (x - mean)/sqrt(var + eps)·w + b, whose cancellation differs")
+BN_PATHS = ("the model takes the strided kernel's roundings of alpha, beta and x·alpha to the "
+            "parameters' half dtype (a superset of the contiguous kernel's float32 results); "
+            "16 samples of it need not reach torch's round-to-nearest chain or its float32 path")
 
 # name: (torch function, input maker of n, True or why fpx.stochastic's spread need not hold
 # torch's output)
@@ -118,6 +121,25 @@ CASES = {
                    lambda n: lambda: [gen((64, n), n, 1.0, 2.0), gen((n,), n + 1),
                                       gen((n,), n + 2)], LN_FORMULA),
     "batch_norm_eval": (F.batch_norm, normed_running, True),
+    # batch statistics (aten._native_batch_norm_legit.no_stats): the mean, variance and
+    # 1/sqrt(var + eps) stored in the input's dtype before the float32 affine
+    "batch_norm_stats": (lambda x, w, b: F.batch_norm(x, None, None, w, b, training=True),
+                         lambda n: normed(n, 16), BN_PATHS),
+    "batch_norm_stats_2d": (lambda x, w, b: F.batch_norm(x[:, :, 0], None, None, w, b,
+                                                         training=True),
+                            lambda n: normed(n, 16), BN_PATHS),
+    "batch_norm_eval_strided": (lambda x, m, v, w, b: F.batch_norm(x.transpose(1, 2)
+                                                                    .contiguous()
+                                                                    .transpose(1, 2), m, v, w, b),
+                                normed_running, BN_PATHS),
+    "batch_norm_stats_strided": (lambda x, w, b: F.batch_norm(x.transpose(1, 2).contiguous()
+                                                              .transpose(1, 2), None, None, w,
+                                                              b, training=True),
+                                 lambda n: normed(n, 16), BN_PATHS),
+    "instance_norm": (lambda x, w, b: F.instance_norm(x, weight=w, bias=b),
+                      lambda n: normed(n, 16), True),
+    "group_norm": (lambda x, w, b: F.group_norm(x, 4, w, b), lambda n: normed(n, 16),
+                   LN_FORMULA),
     # contractions
     "matmul": (torch.matmul, lambda n: lambda: [gen((64, n), n, 1.0), gen((n, 32), n + 1, 1.0)],
                True),

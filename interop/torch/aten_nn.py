@@ -10,7 +10,7 @@ import numpy as np
 
 import fpx.nn as fnn
 import fpx.numpy as fnp
-from fpx.interop.torch.convert import HALF
+from fpx.interop.torch.convert import F32, HALF
 from fpx.interop.torch.table import (Lazy, UnmappedOpError, cast, dim_of, dtype_of, ints,
                                      opmath, shape_of)
 from fpx.interop.torch.table import register_aten as _op
@@ -77,11 +77,42 @@ def _convolution(ctx, x, w, b, stride, padding, dilation, transposed, output_pad
 
 def _bn_eval(ctx, x, w, b, mean, var, eps):
     """torch's CPU inference kernel: alpha = w / sqrt(var + eps) (as 1/sqrt * w), beta =
-    b - mean * alpha, y = x * alpha + beta (per channel, dim 1), in opmath."""
+    b - mean * alpha, y = x * alpha + beta (per channel, dim 1), in opmath; float16/bfloat16
+    x: :func:`_bn_half`."""
+    if dtype_of(x) in HALF:
+        pdt = dtype_of(mean)
+        r = _rounder(pdt)
+        inv = r(fnp.divide(cast(1, F32), r(fnp.sqrt(r(fnp.add(cast(var, F32), cast(eps, F32)))))))
+        return _bn_half(ctx, x, cast(mean, F32), inv, w, b, pdt)
     comp = opmath(ctx.dtype)
     pdt = opmath(dtype_of(mean))
     p = [None if t is None else cast(t, pdt) for t in (mean, var, w, b)]
     return cast(fnn.batch_norm(cast(x, comp), *p, eps, axis=1), ctx.dtype)
+
+
+def _rounder(dt):
+    """v -> v rounded to dt and read back in float32 (the identity unless dt is half)."""
+    if np.dtype(dt) not in HALF:
+        return lambda v: v
+    return lambda v: cast(cast(v, dt), F32)
+
+
+def _bn_half(ctx, x, mean, invstd, w, b, pdt):
+    """y = x·alpha + beta, alpha = invstd·w, beta = b - mean·alpha per channel, for a
+    float16/bfloat16 x, as torch's CPU kernels compute it: in float32 on a contiguous x; on a
+    strided one (a transposed input) alpha and beta are tensors of the parameters' dtype
+    ``pdt`` and ``x·alpha + beta`` is c10::Half/BFloat16 arithmetic, each op rounded to it
+    (measured: ~1/3 of the elements differ). The bound models the strided path, whose
+    roundings contain the contiguous path's results."""
+    nd = len(shape_of(x))
+    per_channel = (1, -1) + (1,) * (nd - 2)
+    r = _rounder(pdt)
+    alpha = invstd if w is None else r(fnp.multiply(invstd, cast(w, F32)))
+    beta = fnp.negative(r(fnp.multiply(mean, alpha)))
+    if b is not None:
+        beta = r(fnp.add(cast(b, F32), beta))
+    xa = r(fnp.multiply(cast(x, F32), fnp.reshape(alpha, per_channel)))
+    return cast(fnp.add(xa, fnp.reshape(beta, per_channel)), ctx.dtype)
 
 
 @_op("aten._native_batch_norm_legit_no_training")
@@ -90,14 +121,9 @@ def _bn_legit(ctx, x, w, b, running_mean, running_var, momentum, eps):
     return (y, Lazy(None, "batch-norm saved mean"), Lazy(None, "batch-norm saved rstd"))
 
 
-def _statistics_opmath(ctx, x, w, b, what):
-    """x, w, b in opmath for a normalization by the batch's own statistics; float32/float64
-    only: on float16/bfloat16 torch's CPU kernels do arithmetic fpx does not model (their
-    results differ from one opmath evaluation by more than an ulp)."""
-    if np.dtype(ctx.dtype) in HALF:
-        raise UnmappedOpError(ctx.op, f" for {np.dtype(ctx.dtype)} inputs (torch's CPU kernel "
-                                      f"arithmetic of {what} for half types is not modelled)")
-    comp = opmath(ctx.dtype)
+def _statistics_opmath(x, w, b):
+    """x, w, b in opmath for a normalization by the batch's own statistics."""
+    comp = opmath(dtype_of(x))
     return [None if t is None else cast(t, comp) for t in (x, w, b)]
 
 
@@ -113,21 +139,41 @@ def _bn_batch_stats(ctx, x, w, b, training, momentum, eps):
     """Normalization by the batch's own per-channel statistics, with no running stats to
     update (``InstanceNorm``, ``BatchNorm(track_running_stats=False)``; a pure op): the
     instance norm of x with its batch and channel dims swapped (each channel's (N, *spatial)
-    values one instance)."""
-    x, w, b = _statistics_opmath(ctx, x, w, b, "batch norm")
-    perm = (1, 0) + tuple(range(2, len(shape_of(x))))
-    y = fnn.instance_norm(fnp.expand_dims(fnp.transpose(x, perm), 0), w, b, eps)
-    y = cast(fnp.transpose(fnp.reshape(y, shape_of(y)[1:]), perm), ctx.dtype)
+    values one instance); float16/bfloat16 as torch's CPU kernel computes them
+    (:func:`_bn_batch_stats_half`)."""
+    if dtype_of(x) in HALF:
+        y = _bn_batch_stats_half(ctx, x, w, b, eps)
+    else:
+        x, w, b = _statistics_opmath(x, w, b)
+        perm = (1, 0) + tuple(range(2, len(shape_of(x))))
+        y = fnn.instance_norm(fnp.expand_dims(fnp.transpose(x, perm), 0), w, b, eps)
+        y = cast(fnp.transpose(fnp.reshape(y, shape_of(y)[1:]), perm), ctx.dtype)
     return (y, Lazy(None, "batch-norm saved mean"), Lazy(None, "batch-norm saved rstd"))
+
+
+def _bn_batch_stats_half(ctx, x, w, b, eps):
+    """torch's CPU batch norm by batch statistics of a float16/bfloat16 x: the per-channel
+    mean and biased variance in float32, the mean stored in x's dtype (torch's saved mean),
+    the variance too (bfloat16 does; the bound covers both), the inverse standard deviation
+    ``1/sqrt(var + eps)`` stored as well (measured: bit for bit on contiguous float16); then
+    the affine of :func:`_bn_half`."""
+    half, nd = dtype_of(x), len(shape_of(x))
+    xc, stored = cast(x, F32), _rounder(half)
+    axes = (0,) + tuple(range(2, nd))
+    mean = fnp.mean(xc, axes)
+    d = fnp.subtract(xc, fnp.reshape(mean, (1, -1) + (1,) * (nd - 2)))
+    var = stored(fnp.mean(fnp.multiply(d, d), axes))
+    inv = stored(fnp.divide(cast(1, F32), fnp.sqrt(fnp.add(var, cast(eps, F32)))))
+    return _bn_half(ctx, x, stored(mean), inv, w, b, half if w is None else dtype_of(w))
 
 
 @_op("aten.native_group_norm")
 def _group_norm(ctx, x, w, b, n, c, hxw, group, eps):
     """Group norm (``fpx.nn.group_norm``); torch's CPU kernel computes ``x·(rstd·w) + (b -
     mean·rstd·w)``, which the layer-norm rule's evaluation error covers with w = 1, b = 0
-    and the two roundings after it. Also returns the (N, G) mean and rstd (computed only if
-    the graph uses them)."""
-    x, w, b = _statistics_opmath(ctx, x, w, b, "group norm")
+    and the two roundings after it; float16/bfloat16 in float32 (statistics too), rounded
+    once. Also returns the (N, G) mean and rstd (computed only if the graph uses them)."""
+    x, w, b = _statistics_opmath(x, w, b)
     g, n = int(group), shape_of(x)[0]
     y = cast(fnn.group_norm(x, g, w, b, eps), ctx.dtype)
     return (y,) + _saved_stats(fnp.reshape(x, (n * g, -1)), eps, (n, g), ctx.dtype)
