@@ -1,10 +1,15 @@
-"""Minimal pytrees: nested tuples, lists, dicts and namedtuples of leaves (like jax.tree_util).
+"""Minimal pytrees: nested tuples, lists, dicts (and their subclasses), namedtuples and
+dataclass instances of leaves (like jax.tree_util).
 
-Transforms accept and return pytrees, so ``f(params: dict, x)`` and multi-output functions work.
-Other containers can be registered with :func:`register_node`.
+Transforms accept and return pytrees, so ``f(params: dict, x)`` and multi-output functions work,
+and a model's output container (an ``OrderedDict``, a dataclass such as transformers'
+``ModelOutput``) comes back as the same container of results. Other containers can be
+registered with :func:`register_node`.
 """
 from __future__ import annotations
 
+import copy
+import dataclasses
 from typing import Any, Callable
 
 _NODES: dict[type, tuple[Callable, Callable]] = {}
@@ -43,6 +48,11 @@ def _flatten(x, leaves):
         return ("namedtuple", t, [_flatten(c, leaves) for c in x])
     if t is dict:
         return ("dict", list(x.keys()), [_flatten(v, leaves) for v in x.values()])
+    if isinstance(x, dict):         # OrderedDict, ModelOutput (a dict and a dataclass)
+        return ("dict_like", x, list(x.keys()), [_flatten(v, leaves) for v in x.values()])
+    if dataclasses.is_dataclass(x) and not isinstance(x, type):
+        names = [f.name for f in dataclasses.fields(x)]
+        return ("dataclass", x, names, [_flatten(getattr(x, n), leaves) for n in names])
     if x is None:
         return ("none",)
     leaves.append(x)
@@ -68,6 +78,16 @@ def _unflatten(d, it):
         return d[1](*[_unflatten(c, it) for c in d[2]])
     if kind == "dict":
         return dict(zip(d[1], [_unflatten(c, it) for c in d[2]]))
+    if kind == "dict_like":
+        out = copy.copy(d[1])       # the same class and extra state, the values replaced
+        for k, c in zip(d[2], d[3]):
+            out[k] = _unflatten(c, it)
+        return out
+    if kind == "dataclass":
+        out = copy.copy(d[1])
+        for n, c in zip(d[2], d[3]):
+            object.__setattr__(out, n, _unflatten(c, it))     # frozen dataclasses too
+        return out
     return _NODES[d[1]][1](d[2], [_unflatten(c, it) for c in d[3]])
 
 

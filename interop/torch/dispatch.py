@@ -8,6 +8,7 @@ import numpy as np
 import torch
 import torch.utils._pytree as _pytree
 
+from fpx import tree
 from fpx.core import FpxError, concrete
 from fpx.core import is_cupy as _is_cupy
 from fpx.interop.torch.convert import to_array, to_tensor
@@ -125,6 +126,6 @@ def dispatch_fn(module, state_names):
         with torch.no_grad(), mode:
             out = torch.func.functional_call(module, tparams, tuple(targs), tkwargs,
                                              strict=False)
-        return _pytree.tree_map(mode.value_of, out)
+        return tree.tree_map(mode.value_of, out)     # fpx containers: dataclasses too
     return fn
 
