@@ -1074,3 +1074,17 @@ def test_softmax_value_in_a_torch_program_is_torchs_kernel():
     with blas.torch_gemms():
         assert np.array_equal(blas.softmax(xn, 2), torch.softmax(x, 2).numpy())
         assert blas.softmax(xn.astype(np.float16), -1) is None
+
+
+@pytest.mark.parametrize("shape,k,s,p", [((2, 3, 7, 8), 2, 2, 1), ((1, 2, 6, 6), 3, 2, 1),
+                                         ((2, 3, 10), 3, 3, 0), ((1, 1, 9, 9), 3, 2, 0)])
+def test_max_pool_ceil_mode_is_torchs(shape, k, s, p):
+    """Issue 28 (squeezenet): max pooling with ceil_mode=True maps (it raised); the output
+    has torch's shape and values, the last windows clipped at the input's end."""
+    x = torch.randn(*shape, generator=torch.Generator().manual_seed(5))
+    pool = F.max_pool2d if len(shape) == 4 else F.max_pool1d
+
+    def f(z):
+        return pool(z, k, s, p, ceil_mode=True)
+    iv = fpx.interval(f)(x)
+    assert torch.equal(iv.value, f(x)) and iv.contains(f(x)).all()
