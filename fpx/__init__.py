@@ -5,6 +5,7 @@
     iv = fpx.interval(f)(x)          # sound round-off bounds of f's outputs
     v = fpx.classify(f, y_ref, x)    # roundoff / bug / inconclusive
     s = fpx.stochastic(f, "sr", samples=30)(x)    # randomly rounded samples (leading axis)
+    y = fpx.reproducible(f)(x)       # the same bits on every machine, thread count, batch
     y = fpx.formats.round(x, "bf16", "sr", rng)   # exact integer-domain rounding
 
 See docs/architecture.md for the core (primitives, interpreters, tracers).
@@ -24,8 +25,9 @@ from fpx import testing  # noqa: F401
 from fpx import metrics  # noqa: F401
 from fpx.transforms.stochastic import NestingError, stochastic  # noqa: F401
 from fpx.chunks import chunked  # noqa: F401
+from fpx.transforms.reproducible import reproducible  # noqa: F401
 
 __version__ = "0.1.0"
-__all__ = ["trace", "interval", "stochastic", "chunked", "Interval", "classify", "Verdict",
+__all__ = ["trace", "interval", "stochastic", "reproducible", "chunked", "Interval", "classify", "Verdict",
            "testing", "formats", "policy", "metrics", "numpy", "nn", "core", "Format", "FpxError",
            "UnsupportedOpError", "EscapedTracerError", "UnsupportedFunctionError", "NestingError"]
