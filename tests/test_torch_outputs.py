@@ -72,3 +72,26 @@ def test_output_container_comes_back_with_results(kind):
         assert _get(iv, name).contains(_get(ref, name)).all()
     s = fpx.stochastic(m, "sr", samples=3)(x)
     assert type(s) is type(ref) and _get(s, "logits").shape == (3, 2, 3)
+
+
+def test_layers_of_a_module_with_parameter_lists():
+    """Issue 28: the default layers of a module whose parameters live in ParameterLists (they
+    never run) are the module itself, not 'none of the layers ['weights', 'biases'] ran'."""
+    class Stack(nn.Module):
+        def __init__(self):
+            super().__init__()
+            g = torch.Generator().manual_seed(2)
+            self.weights = nn.ParameterList([nn.Parameter(torch.randn(4, 4, generator=g))
+                                             for _ in range(2)])
+            self.biases = nn.ParameterList([nn.Parameter(torch.randn(4, generator=g))
+                                            for _ in range(2)])
+
+        def forward(self, x):
+            for w, b in zip(self.weights, self.biases):
+                x = torch.tanh(x @ w + b)
+            return x
+    import copy
+    m = Stack().eval()
+    x = torch.randn(3, 4, generator=torch.Generator().manual_seed(3))
+    v = fpx.classify(m, copy.deepcopy(m).double(), x)
+    assert v.kind == "roundoff" and len(v.layers) == 1

@@ -10,8 +10,11 @@ from fpx.interop.torch.convert import to_tensor
 
 
 def child_layers(module) -> list[str]:
-    """The names of ``module``'s direct children (``[""]``, the module itself, for a leaf)."""
-    return [n for n, _ in module.named_children()] or [""]
+    """The names of ``module``'s direct children that can run (``[""]``, the module itself,
+    for a leaf or a module whose children only hold parameters: ``ParameterList``,
+    ``ParameterDict``)."""
+    holders = (torch.nn.ParameterList, torch.nn.ParameterDict)
+    return [n for n, c in module.named_children() if not isinstance(c, holders)] or [""]
 
 
 def _module_dtype(m):
