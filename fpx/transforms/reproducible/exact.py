@@ -3,6 +3,8 @@ any order (BLAS), a rigorous bound on its error, a rounding test, and MPFR's cor
 rounded sum (``mpfr_sum``) for the elements the test cannot decide."""
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 from fpx import formats
@@ -37,7 +39,8 @@ def round_or_fail(s, err, F):
 
 def exact_fallback(term_rows, F):
     """The correctly rounded (into F) exact sum of each row of float64 terms (exact values):
-    MPFR's ``mpfr_sum`` at 2200 bits (exact for any finite float64 terms: their sum spans at
+    ``math.fsum`` (Shewchuk: within an ulp of the exact sum) where the rounding test decides
+    from it, else MPFR's ``mpfr_sum`` at 2200 bits (exact for any finite float64 terms: their sum spans at
     most 2098 bits plus the carries), then one rounding into F's precision and exponent range,
     subnormals included; IEEE's rules for non-finite terms and for the sign of a zero sum."""
     import gmpy2
@@ -49,6 +52,13 @@ def exact_fallback(term_rows, F):
         if np.isnan(row).any() or (np.isposinf(row).any() and np.isneginf(row).any()):
             out[i] = np.nan
             continue
+        if np.isfinite(row).all():        # first math.fsum: within 1 ulp of the exact sum
+            s1 = math.fsum(row.tolist())
+            if s1 != 0 and math.isfinite(s1):
+                r, bad = round_or_fail(np.array([s1]), np.array([abs(s1) * 2.0 ** -52]), F)
+                if not bad[0]:
+                    out[i] = r[0]
+                    continue
         with gmpy2.context(wide):
             s = gmpy2.fsum(gmpy2.mpfr(float(t), 53) for t in row)
         with gmpy2.context(ctx):
