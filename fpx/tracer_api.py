@@ -9,15 +9,15 @@ from fpx import numpy as fnp
 from fpx.core import Tracer, concrete, scalar_operator
 
 
-def _operator(fn, reflected=False):
+def _operator(fn, reflected=False, on_scalars=None):
     """A Python operator: ``fn`` on the operands; where every operand's value is a scalar (a
-    Python number -- a traced Python float or int input -- or a NumPy scalar), the value is
-    the operator's own (``fpx.core.scalar_operator``)."""
+    Python number -- a traced Python float input -- or a NumPy scalar), ``on_scalars`` (default
+    ``fn``) under ``fpx.core.scalar_operator``: the value is the operator's own."""
     def method(self, *other):
         args = (other[0], self) if reflected else (self, *other)
         if all(isinstance(concrete(a), (int, float, np.generic)) for a in args):
             with scalar_operator():
-                return fn(*args)
+                return (on_scalars or fn)(*args)
         return fn(*args)
     return method
 
@@ -48,7 +48,7 @@ class _TracerArrayAPI:
     __rfloordiv__ = _operator(fnp.floor_divide, reflected=True)
     __mod__ = _operator(fnp.remainder)
     __rmod__ = _operator(fnp.remainder, reflected=True)
-    __pow__ = _operator(fnp._array_pow)
+    __pow__ = _operator(fnp._array_pow, on_scalars=fnp.power)  # (no ndarray ** fast paths)
     __rpow__ = _operator(fnp.power, reflected=True)
     def __matmul__(self, o): return fnp.matmul(self, o)
     def __rmatmul__(self, o): return fnp.matmul(o, self)

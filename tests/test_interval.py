@@ -1986,6 +1986,22 @@ def test_batch_norm_of_a_ball_stays_a_ball_sound_and_as_tight_as_the_box(seed):
     assert np.all(out.width <= box.width + 2 * own + 1e-30)
 
 
+def test_batch_norm_of_a_ball_whose_product_may_overflow_is_unbounded():
+    # x·α overflows float32 for a weight inside its interval while β brings the value back in
+    # range: an execution gives inf, so the bound must reach it (the ball rule steps aside)
+    a = np.ones((1, 2), np.float32)
+    w = np.full((2, 2), 0.8e38, np.float32)
+    mean, var = np.zeros(2, np.float32), np.ones(2, np.float32)
+    bias = np.full(2, -3e38, np.float32)
+    wt = fpx.Interval(np.full(2, 2.0), np.full(2, 2.2), np.full(2, 2.0, np.float32))
+    with np.errstate(over="ignore"):
+        iv = fpx.interval(lambda a, w, m, v, g, b: fnn.batch_norm(a @ w, m, v, g, b, eps=0.0,
+                                                                  axis=1))(a, w, mean, var, wt,
+                                                                           bias)
+        run = (a @ w) * np.float32(2.2) + bias
+    assert np.isinf(run).all() and iv.contains(run).all()
+
+
 @pytest.mark.parametrize("dt", [np.float32, np.float16, ml_dtypes.bfloat16, np.float64],
                          ids=["f32", "f16", "bf16", "f64"])
 def test_batch_norm_rule_is_its_decomposition_in_one_pass(dt):

@@ -247,7 +247,8 @@ def _compare(t_out, r_out, events, bound) -> Verdict:
                 v.reasons.append(f"{who} {i} is an integer decided by an unstable comparison")
     if halfw_over_obs:
         v.tightness = float(np.median(np.concatenate(halfw_over_obs)))
-    control = any(e.kind in ("unstable-control-flow", "escaped-value") for e in events)
+    control = any(e.kind in ("unstable-control-flow", "escaped-value", "untraced-output")
+                  for e in events)
     int_unstable = any("integer" in r for r in v.reasons)
     if v.n_outside and not control:
         v.kind = "bug"
@@ -265,7 +266,8 @@ def _compare(t_out, r_out, events, bound) -> Verdict:
             v.reasons.append(f"{v.n_undecided} element(s) cannot be decided: infinite or NaN "
                              "bounds, or an integer decided by an unstable comparison")
         if control:
-            v.reasons.append("an unstable value decided Python control flow, or a value with "
-                             "round-off left the program as a constant: the bound covers "
-                             "only this run's path and values")
+            v.reasons.append("an unstable value decided Python control flow, a value with "
+                             "round-off left the program as a constant, or an output did not "
+                             "come from the traced inputs: the bound covers only this run's "
+                             "path and values")
     return v

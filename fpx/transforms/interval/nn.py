@@ -423,8 +423,8 @@ def _ball_batch_norm(self, prim, x, mean, var, weight=None, bias=None, *, axis, 
     from their values), and the program's value (NumPy's IEEE mul and add, q0 = 2^-p) by
     ``q0·|v_x·α_v|·(2 + q0) + η/2·(1 + q0) + q0·|β_v|``: per channel ``r' = G·r + H·|v_x| +
     K`` in one pass (``ball_affine``). None (the box rule) where an input is unstable or
-    not a float32/float64 ball, the accuracies are input-dependent, or a radius is not
-    finite."""
+    not a float32/float64 ball, the accuracies are input-dependent, an execution's product
+    or sum may overflow, or a radius is not finite."""
     if not (self._own(x) and x.is_ball and x.unstable is None):
         return None
     px = concrete(x.primal)
@@ -453,6 +453,13 @@ def _ball_batch_norm(self, prim, x, mean, var, weight=None, bias=None, *, axis, 
         G = up(A * ((1 + q1) * (1 + q2)), 4)
         H = up(dA + A * (q1 + q2 + q1 * q2) + np.abs(va) * (q0 * (2 + q0)), 6)
         K = up(dB + e1 * (1 + q2) + q2 * B + e2 + e0 * (1 + q0) + q0 * np.abs(vb), 8)
+        # an execution's product x'·α or sum may overflow where the value does not (β
+        # cancelling): the box rule maps those to ±inf
+        xm = (max(float(np.max(px)), -float(np.min(px))) + float(np.max(x.rad))) \
+            if px.size else 0.0
+        peak = (xm * float(np.max(A)) * (1 + q1) + e1 + float(np.max(B))) * (1 + q2) + e2
+    if not peak * (1 + 8 * E64) < F.max:
+        return None
     rad, n_bad = _K.ball_affine(px, x.rad, G, H, K)
     vv = concrete(v)
     if n_bad or not (np.size(vv) == 0 or float(np.max(np.abs(vv))) <= F.max):

@@ -59,8 +59,9 @@ def _is_interval(x) -> bool:
 
 
 def _traced_float(x) -> bool:
-    """Intervals and Python numbers (floats, and ints that float64 holds exactly) are traced."""
-    return isinstance(x, Interval) or type(x) is float or (type(x) is int and abs(x) <= 2 ** 53)
+    """Intervals and Python floats are traced; Python ints stay fixed arguments (counts, axes,
+    sizes: NumPy needs them as ints)."""
+    return isinstance(x, Interval) or type(x) is float
 
 
 def _input(interp, x):
@@ -68,12 +69,16 @@ def _input(interp, x):
     float (a point, weak as NumPy takes it)."""
     if isinstance(x, Interval):
         value, lo, hi, point = x.value, x.lo, x.hi, is_point(x.lo, x.hi)
-    elif type(x) in (int, float):
+    elif type(x) is float:
         value, point = x, True
         lo = hi = np.float64(x)
     else:
         value, point = x, True
         lo = hi = None                  # (the interpreter's float64 copy, made where needed)
+        v = concrete(x)
+        if v.dtype.kind in "iu" and v.size and (int(v.max()) > 2 ** 53 or int(v.min()) < -2 ** 53):
+            v64 = as_f64(v)             # integers float64 does not hold: one ulp either way
+            lo, hi, point = np.nextafter(v64, -np.inf), np.nextafter(v64, np.inf), False
     F = interp.fmt(np.asarray(concrete(as_array(value))).dtype)
     if isinstance(F, _formats.FlushedFormat):
         if lo is None:
@@ -86,10 +91,15 @@ def _input(interp, x):
 
 def _output(interp, x):
     """An output leaf as an Interval: the interpreter's tracer with its bounds, anything else
-    (a constant) as a point; each with the run's events."""
+    (a constant) as a point; each with the run's events. A floating constant did not come
+    from the traced inputs (a Python int argument's arithmetic, say): fpx did not see how it
+    was computed, so an ``untraced-output`` event says its bound is its value alone."""
     if own(interp, x):
         return Interval._trusted(x.lo, x.hi, x.primal, x.unstable, interp.events)
     c = as_f64(concrete(x))
+    if np.asarray(concrete(x)).dtype.kind not in "biu":
+        interp.note("untraced-output", "an output does not depend on the traced inputs; its "
+                    "bound is its value alone (fpx did not see its computation)")
     iv = Interval(c, c, x)
     iv.events = tuple(interp.events)
     return iv
