@@ -1836,13 +1836,20 @@ def test_constant_times_interval_value_centred_bound_is_sound():
     assert out.contains(W @ x).all() and np.array_equal(out.value, W @ x)
 
 
-def _decomposed_layers(f, *args):
-    """``fpx.interval(f)(*args)`` without the linear/conv rule (their decompositions run)."""
-    saved = {n: IntervalInterpreter.rules.pop(n) for n in ("linear", "conv")}
+def _without(names, f, *args, table=None):
+    """``fpx.interval(f)(*args)`` without the rules ``names`` (of ``table``, the interpreter's
+    rules by default): their decompositions, or the box rule under a ball rule, run."""
+    table = IntervalInterpreter.rules if table is None else table
+    saved = {n: table.pop(n) for n in names}
     try:
         return fpx.interval(f)(*args)
     finally:
-        IntervalInterpreter.rules.update(saved)
+        table.update(saved)
+
+
+def _decomposed_layers(f, *args):
+    """``fpx.interval(f)(*args)`` without the linear/conv rule (their decompositions run)."""
+    return _without(("linear", "conv"), f, *args)
 
 
 def _weighted_rule_and_decomposition(f, x, xin, slack=1.0):
@@ -1968,11 +1975,7 @@ def test_batch_norm_of_a_ball_stays_a_ball_sound_and_as_tight_as_the_box(seed):
     def f(h, w=w):
         return fnn.batch_norm(fnn.conv(h, w, None, padding=1), m, v, g, b, axis=1, eps=1e-5)
     out = fpx.interval(f)(x)
-    ball = IntervalInterpreter.ball_rules.pop("batch_norm")
-    try:
-        box = fpx.interval(f)(x)
-    finally:
-        IntervalInterpreter.ball_rules["batch_norm"] = ball
+    box = _without(("batch_norm",), f, x, table=IntervalInterpreter.ball_rules)
     assert np.array_equal(out.value, f(x)) and np.array_equal(out.value, box.value)
     assert not np.array_equal(out.lo, box.lo)                  # the ball rule ran
     y_rev = f(x[:, :, ::-1, ::-1].copy(), w[:, :, ::-1, ::-1].copy())[:, :, ::-1, ::-1]
@@ -2027,11 +2030,7 @@ def test_batch_norm_rule_is_its_decomposition_in_one_pass(dt):
     def f(h):
         return fnn.batch_norm(h, m, v, w, b)
     out = fpx.interval(f)(xi)
-    rule = IntervalInterpreter.rules.pop("batch_norm")
-    try:
-        ref = fpx.interval(f)(xi)                   # the decomposition: the mul and add rules
-    finally:
-        IntervalInterpreter.rules["batch_norm"] = rule
+    ref = _without(("batch_norm",), f, xi)        # the decomposition: the mul and add rules
     assert np.array_equal(out.value, ref.value) and np.array_equal(out.value, f(x))
     assert np.array_equal(out.lo, ref.lo, equal_nan=True)
     assert np.array_equal(out.hi, ref.hi, equal_nan=True)
@@ -2453,11 +2452,7 @@ def test_rms_norm_bound_stays_within_its_a_priori_range(dt, radius):
             ex = np.array([float(t / s * mpmath.mpf(float(ww))) for t, ww in zip(r, w)])
             assert ((out.lo[i] <= ex) & (ex <= out.hi[i])).all()
     if radius == 3.0:      # the range is what bounds it here: the decomposition alone is wider
-        rule = IntervalInterpreter.rules.pop("rms_norm")
-        try:
-            ref = fpx.interval(f)(xin)
-        finally:
-            IntervalInterpreter.rules["rms_norm"] = rule
+        ref = _without(("rms_norm",), f, xin)
         assert np.median(ref.width) > 10 * np.median(out.width)
 
 
@@ -2478,11 +2473,7 @@ def test_layer_norm_rule_is_tighter_than_or_close_to_the_decomposition(point):
     def f(h):
         return fnn.layer_norm(h, 256, w, b)
     out = fpx.interval(f)(xin)
-    rule = IntervalInterpreter.rules.pop("layer_norm")
-    try:
-        ref = fpx.interval(f)(xin)
-    finally:
-        IntervalInterpreter.rules["layer_norm"] = rule
+    ref = _without(("layer_norm",), f, xin)
     assert np.array_equal(out.value, ref.value)
     ratio = np.median(out.width) / np.median(ref.width)
     assert ratio <= (2.0 if point else 1.0)
@@ -2517,11 +2508,7 @@ def test_layer_norm_rule_falls_back_where_it_does_not_apply():
         lo, hi = x.astype(np.float64) - 1e-3, x.astype(np.float64) + 1e-3
         hi[3, 4] = end
         out = fpx.interval(lambda h: fnn.layer_norm(h, 6))(fpx.Interval(lo, hi, x))
-        rule = IntervalInterpreter.rules.pop("layer_norm")
-        try:
-            ref = fpx.interval(lambda h: fnn.layer_norm(h, 6))(fpx.Interval(lo, hi, x))
-        finally:
-            IntervalInterpreter.rules["layer_norm"] = rule
+        ref = _without(("layer_norm",), lambda h: fnn.layer_norm(h, 6), fpx.Interval(lo, hi, x))
         assert np.array_equal(out.lo, ref.lo, equal_nan=True)
         assert np.array_equal(out.hi, ref.hi, equal_nan=True)
         assert out.contains(out.value)[[0, 1, 2, 4]].all()
