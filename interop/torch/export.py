@@ -84,7 +84,9 @@ class FnModule(torch.nn.Module):
 def _inputs(ep):
     """``[(node, kind, ref)]`` of the graph's placeholders: ``kind`` "user" (an array input),
     "const" (a Python scalar or None the program is specialized on; ``ref`` its value) or
-    "state" (``ref`` the parameter, buffer or constant's name). Refuses state mutations."""
+    "state" (``ref`` the parameter, buffer or constant's name). Refuses parameter and buffer
+    mutations; in-place ops on the inputs run out of place (the caller's tensors are not
+    written)."""
     from torch.export.graph_signature import ConstantArgument, InputKind, OutputKind
     sig = ep.graph_signature
     placeholders = [n for n in ep.graph.nodes if n.op == "placeholder"]
@@ -100,8 +102,17 @@ def _inputs(ep):
         else:
             raise FpxError(f"fpx.interop.torch: exported input of kind {spec.kind} is not "
                            "supported")
+    kinds = [spec.kind for spec in sig.output_specs]
+    returned = [s for s in sig.output_specs
+                if s.kind == OutputKind.USER_OUTPUT and not isinstance(s.arg, ConstantArgument)]
+    if OutputKind.USER_INPUT_MUTATION in kinds and not returned:
+        raise FpxError("fpx.interop.torch: the program only changes its inputs in place and "
+                       "returns nothing; fpx transforms a program's outputs: return the result")
     for spec in sig.output_specs:
-        if spec.kind not in (OutputKind.USER_OUTPUT,):
+        # an in-place op on an input (ReLU(inplace=True) on the module's input) is in the
+        # graph as its out-of-place twin, and later nodes read the new value: the outputs keep
+        # their meaning; only the write-back to the caller's tensor is dropped
+        if spec.kind not in (OutputKind.USER_OUTPUT, OutputKind.USER_INPUT_MUTATION):
             raise FpxError(f"fpx.interop.torch: the program mutates state ({spec.kind.name} "
                            f"'{spec.target}'); fpx bounds pure programs: call module.eval() "
                            "(batch-norm statistics) or remove the in-place state update")

@@ -32,18 +32,32 @@ def _cast_input(x, dtype):
     return x
 
 
+def _snapshot(tree):
+    """A copy of every tensor in ``tree``: what a layer saw or produced, kept by value, since
+    the program may change it in place afterwards (``ReLU(inplace=True)`` after a batch norm,
+    ``out += identity`` in a residual block)."""
+    return _pytree.tree_map(lambda x: x.clone() if isinstance(x, torch.Tensor) else x, tree)
+
+
 def record_calls(module, names, args, kwargs):
     """Run ``module(*args, **kwargs)`` -- floating inputs converted to the dtype of the
     module's parameters -- and record every call of the submodules ``names`` (dotted; ``""``
-    the module itself): ``[(name, submodule, args, kwargs, output)]`` in execution order."""
+    the module itself): ``[(name, submodule, args, kwargs, output)]`` in the order the calls
+    return. Inputs are copied as the call starts and outputs as it returns, so in-place ops
+    elsewhere in the program (or in the layer itself, on its inputs) do not change them."""
     dtype = _module_dtype(module)
     args, kwargs = _pytree.tree_map(lambda x: _cast_input(x, dtype), (tuple(args), kwargs))
-    calls, handles = [], []
+    calls, handles, started = [], [], {}
     for name in names:
         sub = module.get_submodule(name)
 
+        def pre_hook(mod, a, k, name=name):
+            started.setdefault(name, []).append(_snapshot((a, k)))
+
         def hook(mod, a, k, out, name=name):
-            calls.append((name, mod, a, k, out))
+            a, k = started[name].pop()
+            calls.append((name, mod, a, k, _snapshot(out)))
+        handles.append(sub.register_forward_pre_hook(pre_hook, with_kwargs=True))
         handles.append(sub.register_forward_hook(hook, with_kwargs=True))
     try:
         with torch.no_grad():
