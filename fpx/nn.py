@@ -25,6 +25,7 @@ matmul in float32) is rounded back to the operands' dtype, as a framework does.
 ``conv_transpose``                  the adjoint of conv (this and the next two: :mod:`fpx.nn_spatial`)
 ``adaptive_avg_pool``               windows [floor(i n/m), ceil((i+1) n/m)), sum / length per dim
 ``upsample_nearest``                a gather at PyTorch's nearest source indices
+``digamma``                         ψ(x) for x > 0 as torch's CPU kernel computes it (:mod:`fpx.nn_special`)
 ``scaled_dot_product_attention``    softmax(q k^T * scale + mask) v
 ``cross_entropy``                   -log_softmax(logits)[label] (or -sum(p * log_softmax))
 ``linear(x, w, b)``                 x @ w.T + b (PyTorch weight layout)
@@ -54,7 +55,7 @@ __all__ = [
     "conv", "conv_transpose", "conv1d", "conv2d", "max_pool", "max_pool1d", "max_pool2d", "avg_pool",
     "avg_pool1d", "avg_pool2d", "adaptive_avg_pool", "upsample_nearest",
     "scaled_dot_product_attention", "cross_entropy", "linear",
-    "embedding",
+    "embedding", "digamma",
 ]
 
 _GETITEM = PRIMITIVES["getitem"]
@@ -969,3 +970,4 @@ def embedding(ids, table):
 
 
 from fpx.nn_spatial import adaptive_avg_pool, conv_transpose, upsample_nearest  # noqa: E402,F401
+from fpx.nn_special import digamma  # noqa: E402,F401

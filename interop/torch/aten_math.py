@@ -9,6 +9,7 @@ import numpy as np
 
 import fpx.nn as fnn
 import fpx.numpy as fnp
+from fpx.core import concrete
 from fpx.interop.torch.table import (Lazy, UnmappedOpError, accumulate, cast, compare,
                                      dim_of, dims_of, dtype_of, elementwise, is_arr, is_float,
                                      opmath, shape_of)
@@ -60,6 +61,15 @@ for _n, _f in {"exp": fnp.exp, "exp2": fnp.exp2, "expm1": fnp.expm1, "log": fnp.
                "sigmoid": fnn.sigmoid, "relu": fnn.relu}.items():
     _op(f"aten.{_n}.default")(elementwise(_f))
 _op("aten.atan2")(elementwise(fnp.arctan2))
+
+
+@_op("aten.digamma")
+def _digamma(ctx, x):
+    """torch's CPU kernel step by step (``fpx.nn.digamma``); float16/bfloat16 through float32."""
+    if bool((concrete(x) <= 0).any()):
+        raise UnmappedOpError(ctx.op, " for arguments <= 0 (torch's reflection formula, "
+                                      "pi / tan(pi x) in double, is not modelled)")
+    return elementwise(fnn.digamma)(ctx, x)
 _op("aten.log10")(elementwise(lambda x: fnp.multiply(fnp.log(x), cast(1 / math.log(10), dtype_of(x)))))
 _op("aten.silu")(elementwise(fnn.silu))
 _op("aten.maximum")(elementwise(fnp.maximum))

@@ -1,0 +1,70 @@
+"""Special functions of ``fpx.nn`` (re-exported there), written as the library kernels that
+programs call compute them, step by step in fpx primitives: each step's round-off is then
+bounded like any other op's, and a bound holds what the kernel returns -- including where
+the kernel's own error is far from a few ulps (near a root, where its sums cancel).
+
+==================  ============================================================================
+``digamma``         ψ(x) for x > 0 as torch's CPU kernel (ATen ``calc_digamma``, float and
+                    double): the recurrence up to x >= 10, then the asymptotic series
+==================  ============================================================================
+"""
+from __future__ import annotations
+
+from fpx import numpy as fnp
+from fpx.nn import _c
+
+__all__ = ["digamma"]
+
+# ATen/native/Math.h, calc_digamma: B_2k / 2k for k = 7..1, highest power first (cephes psi)
+_DIGAMMA_SERIES = (8.33333333333333333333E-2, -2.10927960927960927961E-2,
+                   7.57575757575757575758E-3, -4.16666666666666666667E-3,
+                   3.96825396825396825397E-3, -8.33333333333333333333E-3,
+                   8.33333333333333333333E-2)
+
+
+def _digamma_tail(result, x):
+    """``result + log(x) - 0.5/x - z·polevl(z, A)``, z = 1/x² (the last term 0 from x = 1e17
+    on), in the kernel's order of operations, for its x >= 10."""
+    small = fnp.less(x, _c(1e17, x))
+    xs = fnp.where(small, x, _c(1, x))                  # (x*x need not overflow where unused)
+    z = fnp.divide(_c(1, x), fnp.multiply(xs, xs))
+    poly = _c(_DIGAMMA_SERIES[0], x)
+    for a in _DIGAMMA_SERIES[1:]:
+        poly = fnp.add(fnp.multiply(poly, z), _c(a, x))
+    y = fnp.where(small, fnp.multiply(z, poly), _c(0, x))
+    return fnp.subtract(fnp.subtract(fnp.add(result, fnp.log(x)),
+                                     fnp.divide(_c(0.5, x), x)), y)
+
+
+def digamma(x):
+    """ψ(x) = Γ'(x)/Γ(x) for x > 0, in x's floating dtype, as torch's CPU kernel computes it::
+
+        result = 0
+        while x < 10:  result -= 1/x;  x += 1          (n <= 10 steps for x > 0)
+        z = 1/(x*x);  y = z * polevl(z, A) if x < 1e17 else 0
+        return result + log(x) - 0.5/x - y
+
+    Every step in x's dtype (torch computes float16/bfloat16 in float32 and rounds once: the
+    caller upcasts). The kernel's result is computed for every step count n = 0..10 and the
+    one of the first n with x_n >= 10 taken: where round-off leaves that comparison undecided
+    (x within a few ulps of an integer), the bound is the hull of two results that are both
+    close to ψ(x), not of two loop states. The kernel returns a stored ψ(10) where the loop
+    lands on x == 10 exactly; this computes the series there, whose bound contains that
+    constant (ψ(10) rounded once, inside the series' own round-off). Elements with x <= 0
+    (torch's reflection formula) are NaN: a bound makes no claim on them.
+    """
+    x0, xk, result = x, x, fnp.zeros_like(x)
+    done, finals = [], []
+    for k in range(11):
+        at_least_10 = fnp.greater_equal(xk, _c(10, x))
+        # (below 10 this result is never taken: the series runs at 10 instead, so that it
+        # stays in its range; where the comparison is undecided, 10 is in xk's bound)
+        finals.append(_digamma_tail(result, fnp.maximum(xk, _c(10, x))))
+        done.append(at_least_10)
+        if k < 10:
+            result = fnp.subtract(result, fnp.divide(_c(1, x), xk))
+            xk = fnp.add(xk, _c(1, x))
+    out = finals[-1]
+    for at_least_10, final in zip(reversed(done[:-1]), reversed(finals[:-1])):
+        out = fnp.where(at_least_10, final, out)
+    return fnp.where(fnp.greater(x0, _c(0, x)), out, _c(float("nan"), x))

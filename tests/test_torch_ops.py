@@ -1,0 +1,74 @@
+"""ATen ops the real models of issue 28 needed (digamma, as_strided, average pooling with
+``ceil_mode``): torch's own CPU output inside fpx's bound of the same op, and fpx's value
+torch's (bit for bit, or within the documented model)."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import scipy.special
+
+torch = pytest.importorskip("torch")
+F = torch.nn.functional
+
+import fpx  # noqa: E402
+from fpx.interop.torch import UnmappedOpError  # noqa: E402
+
+DTYPES = (torch.float64, torch.float32, torch.float16, torch.bfloat16)
+
+
+def _digamma_inputs(dtype):
+    """Wide ranges, the root (1.4616...), integers (where the kernel's loop lands on 10
+    exactly) and tiny arguments, as ``dtype``."""
+    g = np.random.default_rng(3)
+    tiny = float(torch.finfo(dtype).tiny) * 4
+    x = np.concatenate([g.uniform(1e-3, 20, 3000), np.exp(g.uniform(np.log(tiny), 25, 3000)),
+                        np.linspace(1.4, 1.5, 2001), np.arange(1.0, 40.0), [tiny, 0.5, 1e30]])
+    return torch.tensor(x).to(dtype)
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+def test_digamma_bound_holds_torch_and_the_exact_value(dtype):
+    x = _digamma_inputs(dtype)
+    iv = fpx.interval(torch.digamma)(x)
+    own = torch.digamma(x)
+    assert iv.contains(own).all()
+    assert iv.contains(scipy.special.digamma(x.double().numpy())).all()
+    # fpx's value: torch's kernel step by step; NumPy's float32 log may differ from glibc's
+    # logf by an ulp, which moves the result by an ulp of its largest term (~1/x or ~2.3)
+    v, t, xd = (a.double().numpy() for a in (iv.value, own, x))
+    eps = torch.finfo(dtype).eps
+    with np.errstate(invalid="ignore"):                       # (inf - inf)
+        assert np.all((v == t) | (np.abs(v - t) <= eps * (np.abs(t) + 1 / xd + 3)))
+    if dtype in (torch.float16, torch.bfloat16):
+        assert torch.equal(iv.value, own)
+
+
+def test_digamma_bound_is_tight_where_the_kernel_loop_lands_on_10():
+    # x = 1..9 reach 10 exactly; the round-off bound of x + 1 straddles 10, so whether the
+    # loop stops is undecided: the bound is the hull of two results close to psi(x), not of
+    # two loop states (whose hull was 0.1 wide at x = 1)
+    x = torch.arange(1.0, 12.0)
+    iv = fpx.interval(torch.digamma)(x)
+    assert iv.contains(torch.digamma(x)).all()
+    assert np.all(iv.hi - iv.lo < 64 * 2.0 ** -24 * 3)          # a few ulps of ~2.8
+
+
+def test_digamma_classify_float32_against_float64_is_roundoff():
+    x = _digamma_inputs(torch.float32)
+    v = fpx.classify(torch.digamma, torch.digamma(x.double()), x)
+    assert v.kind == "roundoff", v.report()
+    wrong = torch.digamma(x.double()) + 1e-4 * x.double()    # off by 1e-4 relative
+    assert fpx.classify(torch.digamma, wrong, x).kind == "bug"
+
+
+def test_digamma_of_nonpositive_arguments_is_refused():
+    with pytest.raises(UnmappedOpError, match="arguments <= 0"):
+        fpx.interval(torch.digamma)(torch.tensor([2.0, -0.5]))
+
+
+def test_digamma_in_a_numpy_program():
+    x = np.array([0.25, 1.4616321, 3.0, 50.0], np.float32)
+    iv = fpx.interval(fpx.nn.digamma)(x)
+    assert iv.contains(scipy.special.digamma(x.astype(np.float64))).all()
+    with np.errstate(divide="ignore", invalid="ignore"):
+        assert np.isnan(fpx.nn.digamma(np.array([-1.5, 0.0]))).all()
