@@ -72,3 +72,38 @@ def test_digamma_in_a_numpy_program():
     assert iv.contains(scipy.special.digamma(x.astype(np.float64))).all()
     with np.errstate(divide="ignore", invalid="ignore"):
         assert np.isnan(fpx.nn.digamma(np.array([-1.5, 0.0]))).all()
+
+
+AS_STRIDED = {
+    "reshape": lambda x: x.as_strided((20, 3), (3, 1)) * 2,
+    "transpose": lambda x: x.as_strided((5, 4, 3), (1, 5, 20)) * 2,
+    "slice with offset": lambda x: torch.as_strided(x, (2, 2, 5), (20, 5, 1), 25) * 2,
+    "view of a transpose": lambda x: x.transpose(0, 2).as_strided((5, 4), (1, 5)) * 2,
+    "view of a slice": lambda x: x[:, 1:3].as_strided((3, 2, 5), (20, 5, 1), 5) * 2,
+    "expanded input": lambda x: x[:, :1].expand(3, 4, 5).as_strided((3, 4), (20, 0)) * 2,
+    "overlapping windows": lambda x: x.reshape(-1).as_strided((6, 4), (2, 1)) * 2,
+}
+
+
+@pytest.mark.parametrize("name", sorted(AS_STRIDED))
+def test_as_strided_is_torchs_view(name):
+    f = AS_STRIDED[name]
+    x = torch.randn(3, 4, 5, generator=torch.Generator().manual_seed(4))
+    iv = fpx.interval(f)(x)
+    assert torch.equal(iv.value, f(x))                       # exact movement, then x * 2
+    assert iv.contains(f(x)).all()
+
+
+def test_as_strided_of_a_channels_last_pooled_map():
+    # convnext (torchvision, timm): global average pooling of a channels-last map exports as
+    # mean(dim=(-1, -2), keepdim=True) re-strided by as_strided
+    f = lambda x: F.adaptive_avg_pool2d(x.permute(0, 3, 1, 2), 1)      # noqa: E731
+    x = torch.randn(2, 5, 5, 8, generator=torch.Generator().manual_seed(5))
+    iv = fpx.interval(f)(x)
+    assert iv.contains(f(x)).all() and iv.contains(f(x.double())).all()
+
+
+def test_as_strided_outside_its_input_is_refused():
+    x = torch.randn(3, 4, 5)
+    with pytest.raises(UnmappedOpError, match="reads storage outside its input"):
+        fpx.interval(lambda x: x[:, 1:3].as_strided((3, 2, 5), (20, 5, 1), 0) * 2)(x)

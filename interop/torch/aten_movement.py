@@ -67,6 +67,40 @@ def _to_copy(ctx, x, *args, **kw):
     return cast(x, ctx.dtype)
 
 
+def _positions(shape, strides, offset):
+    """The storage position of every element of a tensor of this layout (an int64 array of
+    its shape)."""
+    pos = np.full(tuple(shape), offset, dtype=np.int64)
+    for d, (n, st) in enumerate(zip(shape, strides)):
+        pos = pos + (np.arange(n, dtype=np.int64) * st).reshape((n,) + (1,) * (len(shape) - d - 1))
+    return pos
+
+
+@_op("aten.as_strided", "aten.as_strided_copy")
+def _as_strided(ctx, x, size, stride, storage_offset=None):
+    """The view of ``x``'s storage with ``size``/``stride``: each output element is the input
+    element stored where it reads (elements that share storage -- an expanded input -- are
+    equal, so any of them will do). A read of storage that holds none of the input's elements
+    (another part of the tensor ``x`` is a view of) raises."""
+    layout = ctx.layouts[0] if ctx.layouts else None
+    if layout is None:
+        raise UnmappedOpError(ctx.op, " (the input's memory layout is unknown here)")
+    shape, strides, offset = layout
+    held = _positions(shape, strides, offset).ravel()
+    wanted = _positions(size, stride, offset if storage_offset is None else storage_offset)
+    order = np.argsort(held, kind="stable")
+    k = np.searchsorted(held[order], wanted)
+    k_in = np.minimum(k, held.size - 1)
+    if held.size == 0 or not np.array_equal(held[order][k_in], wanted):
+        raise UnmappedOpError(ctx.op, f" for a view that reads storage outside its input "
+                                      f"(input {shape} strides {strides} offset {offset}; "
+                                      f"view {tuple(size)} strides {tuple(stride)})")
+    flat = order[k_in]
+    if np.array_equal(flat.ravel(), np.arange(flat.size)):
+        return fnp.reshape(x, tuple(int(s) for s in size))        # a reshape: no gather
+    return fnp.reshape(x, (-1,))[flat]
+
+
 @_op("aten.select.int")
 def _select(ctx, x, dim, index):
     d = dim_of(dim, len(shape_of(x)))

@@ -12,7 +12,8 @@ from fpx import tree
 from fpx.core import FpxError, concrete
 from fpx.core import is_cupy as _is_cupy
 from fpx.interop.torch.convert import to_array, to_tensor
-from fpx.interop.torch.table import Ctx, Lazy, UnmappedOpError, conform, is_arr, lookup, meta_of
+from fpx.interop.torch.table import (Ctx, Lazy, UnmappedOpError, conform, is_arr, layout_of,
+                                     lookup, meta_of)
 
 class _FpxMode(torch.utils._python_dispatch.TorchDispatchMode):
     """Runs each ATen op in torch *and* in fpx; the tensor torch continues with carries fpx's
@@ -72,7 +73,7 @@ class _FpxMode(torch.utils._python_dispatch.TorchDispatchMode):
         fargs = _pytree.tree_map(self.value_of, args)
         fkwargs = _pytree.tree_map(self.value_of, kwargs)
         metas = meta_of(out) if isinstance(out, (torch.Tensor, list, tuple)) else []
-        ctx = Ctx(name, metas, self.xp)
+        ctx = Ctx(name, metas, self.xp, [layout_of(a) for a in args])
         res = conform(h(ctx, *fargs, **fkwargs), ctx)
         if name in ("aten._local_scalar_dense.default", "aten.item.default"):
             return res

@@ -15,8 +15,8 @@ import torch
 import torch.utils._pytree as _pytree
 
 from fpx.core import FpxError
-from fpx.interop.torch.table import (Ctx, UnmappedOpError, conform, getitem, is_arr, lookup,
-                                     meta_of)
+from fpx.interop.torch.table import (Ctx, UnmappedOpError, conform, getitem, is_arr,
+                                     layout_of, lookup, meta_of)
 
 _KEEP = ("aten.linear.default", "aten.scaled_dot_product_attention.default")
 
@@ -132,7 +132,9 @@ def _calls(nodes, xp):
                 (str(n.target), None)
         if h is None:
             unmapped.append(f"'{name}' (node {n.name})")
-        calls.append((n, h, Ctx(name, meta_of(n.meta.get("val")), xp)))
+        layouts = [layout_of(a.meta.get("val")) if isinstance(a, torch.fx.Node) else None
+                   for a in n.args]
+        calls.append((n, h, Ctx(name, meta_of(n.meta.get("val")), xp, layouts)))
     if unmapped:
         op = unmapped[0].split("'")[1]
         raise UnmappedOpError(op, f" (in the exported graph; all unmapped: "

@@ -29,14 +29,25 @@ class UnmappedOpError(FpxError, NotImplementedError):
 
 
 class Ctx:
-    """What a handler knows about the node it computes: the op, and the dtype/shape torch
-    gives its output(s)."""
-    __slots__ = ("op", "dtype", "shape", "metas", "xp")
+    """What a handler knows about the node it computes: the op, the dtype/shape torch gives
+    its output(s), and ``layouts``: per positional argument, the tensor's ``(shape, strides,
+    storage offset)`` in torch (``None`` for other arguments), for the ops whose meaning is
+    the memory layout (``as_strided``)."""
+    __slots__ = ("op", "dtype", "shape", "metas", "xp", "layouts")
 
-    def __init__(self, op, metas, xp=np):
-        self.op, self.metas, self.xp = op, metas, xp
+    def __init__(self, op, metas, xp=np, layouts=()):
+        self.op, self.metas, self.xp, self.layouts = op, metas, xp, tuple(layouts)
         first = metas[0] if metas else (None, None)
         self.dtype, self.shape = first
+
+
+def layout_of(val):
+    """``(shape, strides, storage offset)`` of a tensor (a graph node's FakeTensor or a real
+    one), else ``None``."""
+    if not isinstance(val, torch.Tensor):
+        return None
+    return (tuple(int(s) for s in val.shape), tuple(int(s) for s in val.stride()),
+            int(val.storage_offset()))
 
 
 ATEN_OPS: dict = {}
