@@ -21,8 +21,9 @@ matmul in float32) is rounded back to the operands' dtype, as a framework does.
 ``group_norm`` / ``instance_norm``  layer_norm of each sample's channel groups, then per channel
 ``norm_stats``                      (mean, 1 / sqrt(var + eps)): a normalization's statistics
 ``conv`` (``conv1d/2d``)            cross-correlation: im2col by strided slicing + one matmul
-``max_pool`` / ``avg_pool``         the same windows, reduced: max, or sum / count (and 1d/2d)
-``conv_transpose``                  the adjoint of conv (this and the next two: :mod:`fpx.nn_spatial`)
+``max_pool`` / ``avg_pool``         the same windows, reduced: max, or sum / count (and 1d/2d;
+                                    these and the next three: :mod:`fpx.nn_spatial`)
+``conv_transpose``                  the adjoint of conv
 ``adaptive_avg_pool``               windows [floor(i n/m), ceil((i+1) n/m)), sum / length per dim
 ``upsample_nearest``                a gather at PyTorch's nearest source indices
 ``digamma``                         ψ(x) for x > 0 as torch's CPU kernel computes it (:mod:`fpx.nn_special`)
@@ -647,122 +648,6 @@ def conv2d(x, w, b=None, stride=1, padding=0, dilation=1, groups=1):
 
 
 # --------------------------------------------------------------------------------------------
-# pooling
-# --------------------------------------------------------------------------------------------
-def _max_pool_decomp(x, *, kernel_size, stride, padding, dilation):
-    """Pad with -inf, stack the windows on a new axis, reduce_max over it (NaN propagates)."""
-    dt = _dtype(x)
-    low = -np.inf if _is_float(dt) else (np.iinfo(dt).min if dt.kind in "iu" else False)
-    x = _pad_spatial(x, tuple((p, p) for p in padding), low)
-    views, _ = _windows(x, kernel_size, stride, dilation)
-    if len(views) == 1:
-        return views[0]
-    return fnp.max(fnp.stack(views, axis=2), axis=2)
-
-
-_max_pool = Composite("max_pool", _max_pool_decomp, kind="reduction")
-
-
-def _avg_pool_decomp(x, *, kernel_size, stride, padding, count_include_pad):
-    """Pad with 0, stack the windows, sum over them, divide by prod(kernel_size) (or, with
-    count_include_pad=False, by the number of non-padding elements of each window)."""
-    nd = len(kernel_size)
-    pads = tuple((p, p) for p in padding)
-    x = _pad_spatial(x, pads, 0)
-    views, out = _windows(x, kernel_size, stride, (1,) * nd)
-    s = fnp.sum(fnp.stack(views, axis=2), axis=2) if len(views) > 1 else views[0]
-    if count_include_pad or not any(padding):
-        return fnp.divide(s, _c(math.prod(kernel_size), s))
-    # per-position count of real (non-padding) elements: a constant computed from shapes only
-    sp = tuple(n - 2 * p for n, p in zip(_shape(x)[2:], padding))
-    ones = np.pad(np.ones(sp), pads)
-    cnt = sum(ones[_window_index(offs, stride, (1,) * nd, out, lead=0)]
-              for offs in itertools.product(*(range(k) for k in kernel_size)))
-    dt = _dtype(s)
-    return fnp.divide(s, np.asarray(cnt, dtype=dt) if _is_float(dt) else cnt)
-
-
-_avg_pool = Composite("avg_pool", _avg_pool_decomp, kind="reduction")
-
-
-def _pool_args(name, x, kernel_size, stride, padding, dilation, nd=None):
-    xs = _shape(x)
-    if nd is None:
-        nd = len(kernel_size) if isinstance(kernel_size, (tuple, list)) else len(xs) - 2
-    if nd < 1 or len(xs) not in (nd + 1, nd + 2):
-        raise ValueError(f"fpx.nn.{name}: a {nd}-d pool needs an input (N, C, ...) of ndim "
-                         f"{nd + 2} (or unbatched, {nd + 1}), got shape {xs}")
-    k = _tuple(kernel_size, nd, "kernel_size")
-    s = k if stride is None or (isinstance(stride, (tuple, list)) and not stride) \
-        else _tuple(stride, nd, "stride")
-    p = _tuple(padding, nd, "padding")
-    d = _tuple(dilation, nd, "dilation")
-    if any(v < 1 for v in k + s + d) or any(v < 0 for v in p):
-        raise ValueError(f"fpx.nn.{name}: kernel_size {k}, stride {s} and dilation {d} must be "
-                         f"positive and padding {p} non-negative")
-    sp = xs[-nd:]
-    for n, kk, pp, dd in zip(sp, k, p, d):
-        if pp > kk // 2:
-            raise ValueError(f"fpx.nn.{name}: padding {p} should be at most half of the "
-                             f"kernel size {k}")
-        if n + 2 * pp < dd * (kk - 1) + 1:
-            raise ValueError(f"fpx.nn.{name}: kernel size {k} is larger than the padded input "
-                             f"{tuple(m + 2 * q for m, q in zip(sp, p))}")
-    unbatched = len(xs) == nd + 1
-    if unbatched:
-        x = fnp.expand_dims(x, 0)
-    return x, k, s, p, d, unbatched
-
-
-def max_pool(x, kernel_size, stride=None, padding=0, dilation=1):
-    """Max pooling (PyTorch ``max_pool1d/2d``, ceil_mode=False): the maximum of each
-    (dilated) window, the input padded with -inf. 1-d or 2-d from len(kernel_size), or, for an
-    int kernel_size, from x.ndim - 2. ``stride`` defaults to ``kernel_size``."""
-    x, k, s, p, d, unb = _pool_args("max_pool", x, kernel_size, stride, padding, dilation)
-    y = _max_pool.bind(x, kernel_size=k, stride=s, padding=p, dilation=d)
-    return fnp.reshape(y, _shape(y)[1:]) if unb else y
-
-
-def avg_pool(x, kernel_size, stride=None, padding=0, count_include_pad=True):
-    """Average pooling (PyTorch ``avg_pool1d/2d``, ceil_mode=False): sum of each window
-    (zero padding) / prod(kernel_size), or / the count of non-padding elements when
-    ``count_include_pad=False``."""
-    x, k, s, p, _, unb = _pool_args("avg_pool", x, kernel_size, stride, padding, 1)
-    y = _avg_pool.bind(x, kernel_size=k, stride=s, padding=p,
-                       count_include_pad=bool(count_include_pad))
-    return fnp.reshape(y, _shape(y)[1:]) if unb else y
-
-
-def _fixed_nd(nd, kernel_size):
-    return (tuple(kernel_size) if isinstance(kernel_size, (tuple, list))
-            else (int(kernel_size),) * nd)
-
-
-def max_pool1d(x, kernel_size, stride=None, padding=0, dilation=1):
-    """1-d :func:`max_pool` on (N, C, L) or (C, L)."""
-    return max_pool(x, _tuple(_fixed_nd(1, kernel_size), 1, "kernel_size"), stride, padding,
-                    dilation)
-
-
-def max_pool2d(x, kernel_size, stride=None, padding=0, dilation=1):
-    """2-d :func:`max_pool` on (N, C, H, W) or (C, H, W)."""
-    return max_pool(x, _tuple(_fixed_nd(2, kernel_size), 2, "kernel_size"), stride, padding,
-                    dilation)
-
-
-def avg_pool1d(x, kernel_size, stride=None, padding=0, count_include_pad=True):
-    """1-d :func:`avg_pool` on (N, C, L) or (C, L)."""
-    return avg_pool(x, _tuple(_fixed_nd(1, kernel_size), 1, "kernel_size"), stride, padding,
-                    count_include_pad)
-
-
-def avg_pool2d(x, kernel_size, stride=None, padding=0, count_include_pad=True):
-    """2-d :func:`avg_pool` on (N, C, H, W) or (C, H, W)."""
-    return avg_pool(x, _tuple(_fixed_nd(2, kernel_size), 2, "kernel_size"), stride, padding,
-                    count_include_pad)
-
-
-# --------------------------------------------------------------------------------------------
 # attention
 # --------------------------------------------------------------------------------------------
 def _sdpa_scores(q, k, mask, is_causal, scale):
@@ -969,5 +854,6 @@ def embedding(ids, table):
     return _embedding.bind(ids, table)
 
 
-from fpx.nn_spatial import adaptive_avg_pool, conv_transpose, upsample_nearest  # noqa: E402,F401
+from fpx.nn_spatial import (adaptive_avg_pool, avg_pool, avg_pool1d, avg_pool2d,  # noqa: E402,F401
+                            conv_transpose, max_pool, max_pool1d, max_pool2d, upsample_nearest)
 from fpx.nn_special import digamma  # noqa: E402,F401

@@ -1,7 +1,9 @@
-"""The composites of ``fpx.nn`` that resize a feature map: transposed convolution, adaptive
-average pooling and nearest-neighbour upsampling (re-exported by :mod:`fpx.nn`).
+"""The composites of ``fpx.nn`` that resize a feature map: pooling, transposed convolution,
+adaptive average pooling and nearest-neighbour upsampling (re-exported by :mod:`fpx.nn`).
 
 ==================================  ================================================================
+``max_pool`` / ``avg_pool``         the windows of a strided convolution, reduced: max, or sum /
+                                    each window's divisor (``ceil_mode`` as torch's kernels)
 ``conv_transpose``                  the adjoint of ``conv``: a stride-1 ``conv`` of the zero-
                                     interleaved, padded input with the flipped kernel
 ``adaptive_avg_pool``               window i of n inputs -> m outputs: [floor(i·n/m),
@@ -9,21 +11,173 @@ average pooling and nearest-neighbour upsampling (re-exported by :mod:`fpx.nn`).
 ``upsample_nearest``                a gather at torch's nearest source indices (exact)
 ==================================  ================================================================
 
-Semantics follow PyTorch (``F.conv_transpose1d/2d/3d``, ``F.adaptive_avg_pool1d/2d/3d``,
+Semantics follow PyTorch (``F.max_pool1d/2d/3d``, ``F.avg_pool1d/2d/3d``,
+``F.conv_transpose1d/2d/3d``, ``F.adaptive_avg_pool1d/2d/3d``,
 ``F.interpolate(mode="nearest" / "nearest-exact")``), layout (N, C, *spatial) or unbatched
 (C, *spatial); the result keeps the input's dtype.
 """
 from __future__ import annotations
 
+import functools
 import math
 
 import numpy as np
 
 from fpx import numpy as fnp
 from fpx.core import Composite
-from fpx.nn import _c, _shape, _tuple, conv
+from fpx.nn import _c, _dtype, _is_float, _pad_spatial, _shape, _tuple, _windows, conv
 
-__all__ = ["conv_transpose", "adaptive_avg_pool", "upsample_nearest"]
+__all__ = ["max_pool", "max_pool1d", "max_pool2d", "avg_pool", "avg_pool1d", "avg_pool2d",
+           "conv_transpose", "adaptive_avg_pool", "upsample_nearest"]
+
+
+# --------------------------------------------------------------------------------------------
+# pooling
+# --------------------------------------------------------------------------------------------
+def _ceil_extra(n, k, s, p, d=1):
+    """torch's ``ceil_mode`` on a dim of size n: the output size is ceil((n + 2p - d(k-1) -
+    1)/s) + 1, less one where the last window would start in the right padding. Returned as
+    the padding to add after the right padding p, so that floor-mode windows give it."""
+    out = -(-(n + 2 * p - d * (k - 1) - 1) // s) + 1
+    if (out - 1) * s >= n + p:
+        out -= 1
+    return max((out - 1) * s + d * (k - 1) + 1 - (n + 2 * p), 0)
+
+
+def _pool_pads(x, kernel_size, stride, padding, dilation, ceil_mode):
+    sp = _shape(x)[2:]
+    return tuple((p, p + (_ceil_extra(n, k, s, p, d) if ceil_mode else 0))
+                 for n, k, s, p, d in zip(sp, kernel_size, stride, padding, dilation))
+
+
+def _max_pool_decomp(x, *, kernel_size, stride, padding, dilation, ceil_mode=False):
+    """Pad with -inf, stack the windows on a new axis, reduce_max over it (NaN propagates)."""
+    dt = _dtype(x)
+    low = -np.inf if _is_float(dt) else (np.iinfo(dt).min if dt.kind in "iu" else False)
+    x = _pad_spatial(x, _pool_pads(x, kernel_size, stride, padding, dilation, ceil_mode), low)
+    views, _ = _windows(x, kernel_size, stride, dilation)
+    if len(views) == 1:
+        return views[0]
+    return fnp.max(fnp.stack(views, axis=2), axis=2)
+
+
+_max_pool = Composite("max_pool", _max_pool_decomp, kind="reduction")
+
+
+def _avg_pool_divisors(sp, kernel_size, stride, padding, out, count_include_pad):
+    """Each window's divisor as torch's kernel takes it (a constant from shapes only): per
+    dim, the window clipped to the padded input (``count_include_pad``; only ceil_mode's last
+    windows are clipped) or to the input itself; multiplied over the dims."""
+    lens = []
+    for n, k, s, p, m in zip(sp, kernel_size, stride, padding, out):
+        start = np.arange(m) * s - p
+        end = np.minimum(start + k, n + p)
+        lens.append(end - start if count_include_pad
+                    else np.minimum(end, n) - np.maximum(start, 0))
+    return functools.reduce(np.multiply.outer, lens)
+
+
+def _avg_pool_decomp(x, *, kernel_size, stride, padding, count_include_pad, ceil_mode=False):
+    """Pad with 0 (and on the right up to ceil_mode's last window), stack the windows, sum
+    over them, divide by each window's divisor (:func:`_avg_pool_divisors`)."""
+    nd, sp = len(kernel_size), _shape(x)[2:]
+    x = _pad_spatial(x, _pool_pads(x, kernel_size, stride, padding, (1,) * nd, ceil_mode), 0)
+    views, out = _windows(x, kernel_size, stride, (1,) * nd)
+    s = fnp.sum(fnp.stack(views, axis=2), axis=2) if len(views) > 1 else views[0]
+    cnt = _avg_pool_divisors(sp, kernel_size, stride, padding, out, count_include_pad)
+    if np.all(cnt == math.prod(kernel_size)):
+        return fnp.divide(s, _c(math.prod(kernel_size), s))
+    dt = _dtype(s)
+    return fnp.divide(s, np.asarray(cnt, dtype=dt) if _is_float(dt) else cnt)
+
+
+_avg_pool = Composite("avg_pool", _avg_pool_decomp, kind="reduction")
+
+
+def _pool_args(name, x, kernel_size, stride, padding, dilation, nd=None):
+    xs = _shape(x)
+    if nd is None:
+        nd = len(kernel_size) if isinstance(kernel_size, (tuple, list)) else len(xs) - 2
+    if nd < 1 or len(xs) not in (nd + 1, nd + 2):
+        raise ValueError(f"fpx.nn.{name}: a {nd}-d pool needs an input (N, C, ...) of ndim "
+                         f"{nd + 2} (or unbatched, {nd + 1}), got shape {xs}")
+    k = _tuple(kernel_size, nd, "kernel_size")
+    s = k if stride is None or (isinstance(stride, (tuple, list)) and not stride) \
+        else _tuple(stride, nd, "stride")
+    p = _tuple(padding, nd, "padding")
+    d = _tuple(dilation, nd, "dilation")
+    if any(v < 1 for v in k + s + d) or any(v < 0 for v in p):
+        raise ValueError(f"fpx.nn.{name}: kernel_size {k}, stride {s} and dilation {d} must be "
+                         f"positive and padding {p} non-negative")
+    sp = xs[-nd:]
+    for n, kk, pp, dd in zip(sp, k, p, d):
+        if pp > kk // 2:
+            raise ValueError(f"fpx.nn.{name}: padding {p} should be at most half of the "
+                             f"kernel size {k}")
+        if n + 2 * pp < dd * (kk - 1) + 1:
+            raise ValueError(f"fpx.nn.{name}: kernel size {k} is larger than the padded input "
+                             f"{tuple(m + 2 * q for m, q in zip(sp, p))}")
+    unbatched = len(xs) == nd + 1
+    if unbatched:
+        x = fnp.expand_dims(x, 0)
+    return x, k, s, p, d, unbatched
+
+
+def max_pool(x, kernel_size, stride=None, padding=0, dilation=1, ceil_mode=False):
+    """Max pooling (PyTorch ``max_pool1d/2d/3d``): the maximum of each (dilated) window, the
+    input padded with -inf. 1-d or 2-d from len(kernel_size), or, for an int kernel_size, from
+    x.ndim - 2. ``stride`` defaults to ``kernel_size``. ``ceil_mode``: torch's output size
+    (one more window where the last would start inside the input or the left padding), the
+    last windows clipped at the right padding's end."""
+    x, k, s, p, d, unb = _pool_args("max_pool", x, kernel_size, stride, padding, dilation)
+    y = _max_pool.bind(x, kernel_size=k, stride=s, padding=p, dilation=d,
+                       ceil_mode=bool(ceil_mode))
+    return fnp.reshape(y, _shape(y)[1:]) if unb else y
+
+
+def avg_pool(x, kernel_size, stride=None, padding=0, count_include_pad=True, ceil_mode=False):
+    """Average pooling (PyTorch ``avg_pool1d/2d/3d``): sum of each window (zero padding) /
+    prod(kernel_size), or / the count of non-padding elements when
+    ``count_include_pad=False``. ``ceil_mode``: the windows of :func:`max_pool`'s, and the
+    last ones divided by their size clipped at the right padding's end, as torch's kernel."""
+    x, k, s, p, _, unb = _pool_args("avg_pool", x, kernel_size, stride, padding, 1)
+    y = _avg_pool.bind(x, kernel_size=k, stride=s, padding=p,
+                       count_include_pad=bool(count_include_pad), ceil_mode=bool(ceil_mode))
+    return fnp.reshape(y, _shape(y)[1:]) if unb else y
+
+
+def _fixed_nd(nd, kernel_size):
+    return (tuple(kernel_size) if isinstance(kernel_size, (tuple, list))
+            else (int(kernel_size),) * nd)
+
+
+def max_pool1d(x, kernel_size, stride=None, padding=0, dilation=1):
+    """1-d :func:`max_pool` on (N, C, L) or (C, L)."""
+    return max_pool(x, _tuple(_fixed_nd(1, kernel_size), 1, "kernel_size"), stride, padding,
+                    dilation)
+
+
+def max_pool2d(x, kernel_size, stride=None, padding=0, dilation=1):
+    """2-d :func:`max_pool` on (N, C, H, W) or (C, H, W)."""
+    return max_pool(x, _tuple(_fixed_nd(2, kernel_size), 2, "kernel_size"), stride, padding,
+                    dilation)
+
+
+def avg_pool1d(x, kernel_size, stride=None, padding=0, count_include_pad=True):
+    """1-d :func:`avg_pool` on (N, C, L) or (C, L)."""
+    return avg_pool(x, _tuple(_fixed_nd(1, kernel_size), 1, "kernel_size"), stride, padding,
+                    count_include_pad)
+
+
+def avg_pool2d(x, kernel_size, stride=None, padding=0, count_include_pad=True):
+    """2-d :func:`avg_pool` on (N, C, H, W) or (C, H, W)."""
+    return avg_pool(x, _tuple(_fixed_nd(2, kernel_size), 2, "kernel_size"), stride, padding,
+                    count_include_pad)
+
+
+# --------------------------------------------------------------------------------------------
+# transposed convolution, adaptive pooling, upsampling
+# --------------------------------------------------------------------------------------------
 
 
 def _batched(x, nd, name):

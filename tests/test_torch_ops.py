@@ -107,3 +107,22 @@ def test_as_strided_outside_its_input_is_refused():
     x = torch.randn(3, 4, 5)
     with pytest.raises(UnmappedOpError, match="reads storage outside its input"):
         fpx.interval(lambda x: x[:, 1:3].as_strided((3, 2, 5), (20, 5, 1), 0) * 2)(x)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16], ids=str)
+@pytest.mark.parametrize("count_include_pad", [True, False])
+@pytest.mark.parametrize("size,k,s,p", [((6, 6), 3, 2, 1), ((7, 5), 2, 2, 0), ((5, 9), 3, 3, 1),
+                                        ((4, 4), 3, 1, 1)])
+def test_avg_pool_ceil_mode_is_torchs(size, k, s, p, count_include_pad, dtype):
+    # (6, 6), k 3, s 2, p 1: the last window starts at 5 and is clipped at the right
+    # padding's end (7): torch divides it by 2 (or by 1, its real elements), not 3
+    x = (torch.randn(2, 3, *size, generator=torch.Generator().manual_seed(6)) * 3).to(dtype)
+    for f in (lambda x: F.avg_pool2d(x, k, s, p, ceil_mode=True,
+                                     count_include_pad=count_include_pad),
+              lambda x: F.avg_pool1d(x[:, :, 0], k, s, p, ceil_mode=True,
+                                     count_include_pad=count_include_pad)):
+        iv = fpx.interval(f)(x)
+        own = f(x)
+        assert iv.value.shape == own.shape
+        assert iv.contains(own).all() and iv.contains(f(x.double())).all()
+        assert torch.allclose(iv.value.double(), own.double(), rtol=4 * torch.finfo(dtype).eps)

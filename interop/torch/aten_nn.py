@@ -305,22 +305,8 @@ def _pool_args(ctx, x, kernel_size, stride, padding, dilation=1):
 @_op("aten.max_pool2d_with_indices", "aten.max_pool2d", "aten.max_pool1d",
      "aten.max_pool1d_with_indices", "aten.max_pool3d_with_indices")
 def _max_pool(ctx, x, kernel_size, stride=(), padding=0, dilation=1, ceil_mode=False):
-    """Max pooling; ``ceil_mode``: torch's output size ``ceil((n + 2p - d(k-1) - 1)/s) + 1``,
-    less one where the last window would start in the right padding, the windows past the
-    end clipped -- the input padded on the right with -inf up to the last window's end."""
     k, s, p, d = _pool_args(ctx, x, kernel_size, stride, padding, dilation)
-    if ceil_mode:
-        nd, extra = len(k), []
-        for n, kk, ss, pp, dd in zip(shape_of(x)[-len(k):], k, s, p, d):
-            out = -(-(n + 2 * pp - dd * (kk - 1) - 1) // ss) + 1
-            if (out - 1) * ss >= n + pp:
-                out -= 1
-            extra.append(max((out - 1) * ss + dd * (kk - 1) + 1 - (n + 2 * pp), 0))
-        if any(extra):
-            lead = len(shape_of(x)) - nd
-            x = fnp.pad(x, [(0, 0)] * lead + [(0, e) for e in extra],
-                        constant_values=cast(-np.inf, dtype_of(x)))
-    y = fnn.max_pool(x, k, s, p, d)
+    y = fnn.max_pool(x, k, s, p, d, ceil_mode)
     if "indices" in ctx.op:
         return (y, Lazy(None, "max-pool indices"))
     return y
@@ -329,11 +315,11 @@ def _max_pool(ctx, x, kernel_size, stride=(), padding=0, dilation=1, ceil_mode=F
 @_op("aten.avg_pool2d", "aten.avg_pool1d", "aten.avg_pool3d")
 def _avg_pool(ctx, x, kernel_size, stride=(), padding=0, ceil_mode=False,
               count_include_pad=True, divisor_override=None):
-    if ceil_mode or divisor_override is not None:
-        raise UnmappedOpError(ctx.op, " with ceil_mode or divisor_override")
+    if divisor_override is not None:
+        raise UnmappedOpError(ctx.op, " with divisor_override")
     k, s, p, _ = _pool_args(ctx, x, kernel_size, stride, padding)
     comp = opmath(ctx.dtype)
-    return cast(fnn.avg_pool(cast(x, comp), k, s, p, count_include_pad), ctx.dtype)
+    return cast(fnn.avg_pool(cast(x, comp), k, s, p, count_include_pad, ceil_mode), ctx.dtype)
 
 
 @_op("aten._adaptive_avg_pool2d", "aten.adaptive_avg_pool2d", "aten._adaptive_avg_pool1d",
