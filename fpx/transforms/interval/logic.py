@@ -121,6 +121,10 @@ def _where(self, prim, c, x, y):
         lo = np.where(sure_t, xlo, np.where(sure_f, ylo, np.minimum(xlo, ylo)))
         hi = np.where(sure_t, xhi, np.where(sure_f, yhi, np.maximum(xhi, yhi)))
     undecided = ~(sure_t | sure_f)
+    # a side's instability reaches only the elements that may take it (T5's position buckets:
+    # a log path marked unstable where where() certainly takes the exact distance)
+    xu = None if xu is None or not np.any(xu := xu & ~sure_f) else xu
+    yu = None if yu is None or not np.any(yu := yu & ~sure_t) else yu
     un = or_unstable(cu, xu, yu, undecided if np.any(undecided) else None)
     # a point only if both sides are and every condition is decided (an undecided one hulls
     # both sides: lo < hi there, and matmul would drop that radius for a "point" operand)
