@@ -78,8 +78,10 @@ def _tensors(torch, x, w, b, padding, dtype=None):
         pad = [lo for lo, _ in padding]
     # (a copy, not ascontiguousarray: a flipped length-1 axis keeps its negative stride in
     # an array NumPy already calls contiguous, which torch refuses)
+    # (and a copy of a read-only array -- a kept constant -- which torch warns about)
     ts = [None if a is None else torch.from_numpy(
-        a if all(s >= 0 for s in a.strides) else a.copy()) for a in (x, w, b)]
+        a if all(s >= 0 for s in a.strides) and a.flags.writeable else a.copy())
+        for a in (x, w, b)]
     if dtype is not None:
         ts = [None if t is None else t.to(dtype) for t in ts]
     return ts, pad

@@ -34,7 +34,8 @@ class Interval:
         if bool((self.lo > self.hi).any()):
             raise ValueError("Interval: lo > hi somewhere")
         if value is None:
-            value = (self.lo + self.hi) / 2
+            with np.errstate(invalid="ignore"):     # [-inf, inf]: a NaN midpoint
+                value = (self.lo + self.hi) / 2
         else:
             _check_value_inside(value, self.lo, self.hi)
         self.value = value
