@@ -49,6 +49,7 @@ import fpx
 import fpx.nn as fnn
 import fpx.numpy as fnp
 from fpx import formats as F
+from fpx.kernels import interval_nn as KN
 from fpx.transforms.interval import Interval, IntervalInterpreter, run_interval
 from fpx.transforms.interval import enclosure as ivenc
 from fpx.transforms.interval import nn as ivnn
@@ -2063,7 +2064,6 @@ def test_softmax_rule_kernel_matches_its_array_form_and_is_sound():
     against exact softmaxes of points in the box (mpmath)."""
     import mpmath
 
-    from fpx.kernels import interval as KI
     rng = np.random.default_rng(10)
     x = (rng.standard_normal((3, 4, 9)) * 4).astype(np.float32)
     xi = fpx.Interval.around(x, rel=1e-3)
@@ -2072,7 +2072,7 @@ def test_softmax_rule_kernel_matches_its_array_form_and_is_sound():
         lo, hi = xi.lo, xi.hi
         n = x.shape[ax]
         args = (1e-7, 1e-45, 16 * 2.0 ** -52, 2e-7, 1e-45, 4e-7, 2e-45, 0.99, 1.01)
-        klo, khi = KI.softmax_bounds(np.moveaxis(lo, ax, -1), np.moveaxis(hi, ax, -1), *args,
+        klo, khi = KN.softmax_bounds(np.moveaxis(lo, ax, -1), np.moveaxis(hi, ax, -1), *args,
                                      ivenc.gamma(n + 2, 2.0 ** -53), ivenc.LIBM64_ULPS)
         nlo, nhi = ivnn._softmax_bounds_np(np.moveaxis(lo, ax, -1), np.moveaxis(hi, ax, -1),
                                              -1, n, *args)
@@ -2095,7 +2095,6 @@ def test_softmax_of_boxes_past_exps_range_stays_finite_and_sound(scale):
     (mpmath) of points in the box and the program's runs are inside."""
     import mpmath
 
-    from fpx.kernels import interval as KI
     rng = np.random.default_rng(11)
     x = (rng.standard_normal((4, 5)) * np.float32(scale)).astype(np.float32)
     x[3] = x[3, 0]                                     # a row of equal values
@@ -2105,7 +2104,7 @@ def test_softmax_of_boxes_past_exps_range_stays_finite_and_sound(scale):
     assert np.all(out.lo >= -1e-30) and np.all(out.hi <= 1 + 1e-5)   # [0, 1] and rounding
     args = (1e-7, 1e-45, 16 * 2.0 ** -52, 2e-7, 1e-45, 4e-7, 2e-45, 0.99, 1.01)
     g = ivenc.gamma(7, 2.0 ** -53)
-    klo, khi = KI.softmax_bounds(xi.lo, xi.hi, *args, g, ivenc.LIBM64_ULPS)
+    klo, khi = KN.softmax_bounds(xi.lo, xi.hi, *args, g, ivenc.LIBM64_ULPS)
     nlo, nhi = ivnn._softmax_bounds_np(xi.lo, xi.hi, -1, 5, *args)
     assert np.allclose(klo, nlo, rtol=1e-12, atol=1e-300)
     assert np.allclose(khi, nhi, rtol=1e-12, atol=1e-300)
@@ -2129,13 +2128,12 @@ def test_softmax_of_one_element_rows_with_wide_boxes_is_about_one():
     underflowed, the log-domain lower bound took exp(-inf) times an infinite error factor:
     0·inf, a NaN lower bound (found by a random stress run: float16 rows of -4e4 ± 4e3)."""
 
-    from fpx.kernels import interval as KI
     x = np.array([[-4.282e+04], [-5.043e+04], [3.0]], np.float16)
     lo, hi = np.array([[-44905.4], [-52893.1], [2.0]]), np.array([[-40726.6], [-47970.9], [4.0]])
     out = fpx.interval(lambda h: fnn.softmax(h, axis=-1))(fpx.Interval(lo, hi, x))
     assert np.all(out.lo > 0.99) and np.all(out.hi < 1.01) and out.contains(1.0).all()
     args = (2.0 ** -11, 2.0 ** -24, 16 * 2.0 ** -52, 2e-7, 1e-45, 4e-7, 2e-45, 0.99, 1.01)
-    klo, khi = KI.softmax_bounds(lo, hi, *args, ivenc.gamma(3, 2.0 ** -53),
+    klo, khi = KN.softmax_bounds(lo, hi, *args, ivenc.gamma(3, 2.0 ** -53),
                                  ivenc.LIBM64_ULPS)
     nlo, nhi = ivnn._softmax_bounds_np(lo, hi, -1, 1, *args)
     assert not np.isnan(klo).any() and np.allclose(klo, nlo, rtol=1e-12)

@@ -526,8 +526,7 @@ def test_one_dimensional_interval_matmuls():
 
 
 # =============================================================================================
-# Known failures the fuzz found (kept out of the fuzz above, which counts them): each a
-# minimal repro that passes once fixed -- then strict xfail fails, and the marker goes
+# What the fuzz found, each as its minimal repro (regression tests)
 # =============================================================================================
 @pytest.mark.parametrize("f, exact", [
     (np.reciprocal, 1 / gmpy2.mpfr(0.3)),

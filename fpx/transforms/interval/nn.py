@@ -11,6 +11,7 @@ import numpy as np
 from fpx import nn as _nn
 from fpx.core import EvalInterpreter, concrete, is_cupy, using
 from fpx.kernels import interval as _K
+from fpx.kernels import interval_nn as _KN
 from fpx.transforms.interval.enclosure import (E64, LIBM64_ULPS, TINY64, as_f64, gamma,
                                                or_unstable, overflow, rounding_terms, up, xp_of)
 from fpx.transforms.interval.interpreter import ball_rule, rule
@@ -88,10 +89,10 @@ def _softmax(self, prim, x, *, axis=-1, stored=None):
         r_d, a_d = r_d + r_c + r_d * r_c, a_d + a_c * (1 + r_d) / dlow
     un = None if u is None else np.broadcast_to(np.any(u, axis=ax, keepdims=True), np.shape(lo))
     if isinstance(lo, np.ndarray) and isinstance(hi, np.ndarray) and n > 0:
-        # the same bound, one row at a time in a compiled loop (kernels/interval.py)
+        # the same bound, one row at a time in a compiled loop (kernels/interval_nn.py)
         lo_t, hi_t = np.moveaxis(lo, ax, -1), np.moveaxis(hi, ax, -1)
-        ylo, yhi = _K.softmax_bounds(lo_t, hi_t, r_s, a_s, k, r_e, a_e, r_d, a_d, dlow, dhigh,
-                                     gamma(n + 2, 2.0 ** -53), LIBM64_ULPS)
+        ylo, yhi = _KN.softmax_bounds(lo_t, hi_t, r_s, a_s, k, r_e, a_e, r_d, a_d, dlow, dhigh,
+                                      gamma(n + 2, 2.0 ** -53), LIBM64_ULPS)
         return self.new(v, np.moveaxis(ylo, -1, ax), np.moveaxis(yhi, -1, ax), un)
     return self.new(v, *_softmax_bounds_np(lo, hi, ax, n, r_s, a_s, k, r_e, a_e, r_d, a_d, dlow,
                                            dhigh), un)
@@ -110,7 +111,7 @@ def _max_of_others(a, ax):
 
 def _softmax_bounds_np(lo, hi, ax, n, r_s, a_s, k, r_e, a_e, r_d, a_d, dlow, dhigh):
     """The softmax rule's bound in array operations (any backend; the reference for
-    ``_K.softmax_bounds``)."""
+    ``_KN.softmax_bounds``)."""
     with np.errstate(all="ignore"):
         # the subtraction x - max(x) rounds: an input perturbation of r_s |x - M| + a_s
         mlo = np.max(lo, axis=ax, keepdims=True)
@@ -274,8 +275,9 @@ def _layer_norm_rows(self, prim, x, weight, bias, axes, eps):
               for p in params]
         top = F.max if F.has_inf and F.name != "float64" else math.inf
         lim = min(F.max, Facc.max) / 4
-        ylo, yhi, n_bad = _K.layer_norm_bounds(*blocks, *wb, min(eps, eps_f), max(eps, eps_f),
-                                               g_mu, g_v, g_out, d_op, d_s, eta, top, lim)
+        ylo, yhi, n_bad = _KN.layer_norm_bounds(*blocks, *wb, min(eps, eps_f),
+                                                max(eps, eps_f), g_mu, g_v, g_out, d_op, d_s,
+                                                eta, top, lim)
         if n_bad:            # an intermediate may overflow, or an input is not finite: the
             # decomposition models that
             return None

@@ -1,0 +1,416 @@
+"""Row kernels of the interval transform's softmax and layer-norm rules (numba, IEEE
+round-to-nearest, no fastmath): each row is read into cache once and bounded in a few passes,
+where the rules' decompositions made ~25 passes over the whole block. The derivations are in
+the rules' docstrings (``fpx/transforms/interval/nn.py``); the elementwise and ball kernels
+they share are in :mod:`fpx.kernels.interval`.
+
+* ``softmax_bounds``: the monotone bound of softmax over a box, row by row (with the
+  log-domain bound where every shifted exp underflows);
+* ``layer_norm_bounds``: layer norm over a box, coupling the row's mean and variance.
+"""
+from __future__ import annotations
+
+import math
+
+import numba
+import numpy as np
+
+from fpx.kernels.interval import _E, _TINY, _at, _radius_abs_up
+
+
+@numba.njit(inline="always")
+def _nmax(a, b):
+    """max that propagates NaN (np.maximum)."""
+    return a if (a > b or a != a) else b
+
+
+@numba.njit(inline="always")
+def _nmin(a, b):
+    """min that propagates NaN (np.minimum)."""
+    return a if (a < b or a != a) else b
+
+
+@numba.njit(inline="always")
+def _row_max(x):
+    """max of a 1-D array of finite floats (-inf if empty) over eight independent lanes (one
+    running max is a chain of dependent compares that does not vectorize; NumPy's axis
+    reduction of short rows is slower too)."""
+    n = x.shape[0]
+    a0 = a1 = a2 = a3 = a4 = a5 = a6 = a7 = -math.inf
+    j = 0
+    while j + 8 <= n:
+        a0, a1, a2, a3 = max(a0, x[j]), max(a1, x[j + 1]), max(a2, x[j + 2]), max(a3, x[j + 3])
+        a4, a5, a6, a7 = (max(a4, x[j + 4]), max(a5, x[j + 5]), max(a6, x[j + 6]),
+                          max(a7, x[j + 7]))
+        j += 8
+    while j < n:
+        a0 = max(a0, x[j])
+        j += 1
+    return max(max(max(a0, a1), max(a2, a3)), max(max(a4, a5), max(a6, a7)))
+
+
+@numba.njit(inline="always")
+def _row_sum(x):
+    """Σ x of a 1-D float64 array over eight lanes (vectorizes; any order's error is the
+    caller's γ_{n}(u64))."""
+    n = x.shape[0]
+    a0 = a1 = a2 = a3 = a4 = a5 = a6 = a7 = 0.0
+    j = 0
+    while j + 8 <= n:
+        a0, a1, a2, a3 = a0 + x[j], a1 + x[j + 1], a2 + x[j + 2], a3 + x[j + 3]
+        a4, a5, a6, a7 = a4 + x[j + 4], a5 + x[j + 5], a6 + x[j + 6], a7 + x[j + 7]
+        j += 8
+    while j < n:
+        a0 += x[j]
+        j += 1
+    return ((a0 + a1) + (a2 + a3)) + ((a4 + a5) + (a6 + a7))
+
+
+@numba.njit(inline="always")
+def _row_dot(x, y):
+    """Σ x·y of two 1-D float64 arrays over eight lanes (as ``_row_sum``)."""
+    n = x.shape[0]
+    a0 = a1 = a2 = a3 = a4 = a5 = a6 = a7 = 0.0
+    j = 0
+    while j + 8 <= n:
+        a0, a1 = a0 + x[j] * y[j], a1 + x[j + 1] * y[j + 1]
+        a2, a3 = a2 + x[j + 2] * y[j + 2], a3 + x[j + 3] * y[j + 3]
+        a4, a5 = a4 + x[j + 4] * y[j + 4], a5 + x[j + 5] * y[j + 5]
+        a6, a7 = a6 + x[j + 6] * y[j + 6], a7 + x[j + 7] * y[j + 7]
+        j += 8
+    while j < n:
+        a0 += x[j] * y[j]
+        j += 1
+    return ((a0 + a1) + (a2 + a3)) + ((a4 + a5) + (a6 + a7))
+
+
+@numba.njit(inline="always", error_model="numpy")
+def _shift_row(lo_i, hi_i, r_s, a_s, k, dl_i, dh_i):
+    """One row of a finite box: the box widened by the subtraction's rounding, minus its
+    largest upper end (dl <= dh <= 0, the arguments of the exps); dl_i/dh_i may be lo_i/hi_i.
+    Elementwise loops between lane-parallel maxima: they vectorize."""
+    mlo, mhi = _row_max(lo_i), _row_max(hi_i)
+    for j in range(lo_i.shape[0]):
+        dist = max(abs(lo_i[j] - mhi), abs(hi_i[j] - mlo))
+        pert = (r_s * dist + a_s) * (1 + k)
+        a, b = lo_i[j] - pert, hi_i[j] + pert
+        dl_i[j] = a - k * abs(a) - _TINY
+        dh_i[j] = b + k * abs(b) + _TINY
+    m = _row_max(dh_i)
+    for j in range(lo_i.shape[0]):
+        dl_i[j] -= m
+        dh_i[j] -= m
+
+
+@numba.njit(cache=True, error_model="numpy")
+def _softmax_shift(lo, hi, r_s, a_s, k, dl, dh):
+    """``_shift_row`` of every row."""
+    for i in range(lo.shape[0]):
+        _shift_row(lo[i], hi[i], r_s, a_s, k, dl[i], dh[i])
+
+
+@numba.njit(cache=True, error_model="numpy")
+def _softmax_row_bounds(dl, dh, el, eh, sl, sh, r_e, a_e, r_d, a_d, inv_dl_hi, inv_dh_lo, k,
+                        ylo, yhi):
+    """One row's bounds from its scaled exps and their sums, branch-free (vectorizes); returns
+    whether an exp underflowed to 0 (a ratio 0/x or 0/0: the caller's log-domain row then)."""
+    n = dl.shape[0]
+    under = False
+    for j in range(n):
+        e_l, e_h = el[j], eh[j]
+        others_hi = (sh - e_h) * (1 + 2 * _E)
+        others_lo = max((sl - e_l) * (1 - 2 * _E), 0.0)
+        den = e_h + others_lo
+        under |= (e_l == 0.0) | (den == 0.0)
+        plo = max(e_l / (e_l + others_hi) * (1 - 4 * _E), 0.0)
+        phi = min(e_h / den * (1 + 4 * _E), 1.0)
+        ylo[j], yhi[j] = _softmax_out(plo, phi, r_e, a_e, r_d, a_d, inv_dl_hi, inv_dh_lo, k)
+    return under
+
+
+@numba.njit(inline="always")
+def _softmax_out(plo, phi, r_e, a_e, r_d, a_d, inv_dl_hi, inv_dh_lo, k):
+    """The bounds of one output from the exact ratio's range [plo, phi]: the exp's error,
+    nl / dhigh (nl >= 0) or nl / dlow and nh / dlow through reciprocals rounded outward (each
+    product's own rounding included: see ``_softmax_rows``), the division's error."""
+    nl = plo * (1 - r_e) - a_e
+    nh = phi * (1 + r_e) + a_e
+    qlo = nl * (inv_dh_lo if nl >= 0 else inv_dl_hi)
+    qhi = nh * inv_dl_hi
+    return ((qlo * (1 - r_d) - a_d) * (1 - k) - abs(qlo) * k - _TINY,
+            (qhi * (1 + r_d) + a_d) * (1 + k) + _TINY)
+
+
+@numba.njit(cache=True, error_model="numpy")
+def _softmax_rows(dl, dh, el, eh, r_e, a_e, r_d, a_d, dlow, dhigh, g64, k, libm, ylo, yhi):
+    """Per row, from the exps el = exp(dl), eh = exp(dh) (NumPy's SIMD exp): the exact softmax
+    range over the box with outward allowances, then the evaluation's errors. Rows where an
+    exp underflowed are redone with log-domain ratios (``_softmax_row_underflow``)."""
+    rows, n = dl.shape
+    # 1/dhigh rounded down and 1/dlow up by a margin that covers their rounding and the
+    # product's: nl·inv_dh_lo <= nl/dhigh (nl >= 0), nl·inv_dl_hi <= nl/dlow (nl < 0),
+    # nh·inv_dl_hi >= nh/dlow (nh >= 0)
+    inv_dh_lo = 1.0 / dhigh * (1 - 4 * _E)
+    inv_dl_hi = 1.0 / dlow * (1 + 4 * _E)
+    for i in range(rows):
+        dl_i, dh_i, el_i, eh_i = dl[i], dh[i], el[i], eh[i]
+        for j in range(n):
+            el_i[j] *= 1 - (libm + 4 + abs(dl_i[j])) * _E
+            eh_i[j] *= 1 + (libm + 4 + abs(dh_i[j])) * _E
+        sh = _row_sum(eh_i) * (1 + g64)
+        sl = _row_sum(el_i) * (1 - g64)
+        if _softmax_row_bounds(dl_i, dh_i, el_i, eh_i, sl, sh, r_e, a_e, r_d, a_d, inv_dl_hi,
+                               inv_dh_lo, k, ylo[i], yhi[i]):
+            _softmax_row_underflow(dl_i, dh_i, el_i, eh_i, sl, sh, libm, ylo[i], yhi[i],
+                                   r_e, a_e, r_d, a_d, inv_dl_hi, inv_dh_lo, k)
+
+
+@numba.njit(cache=True, error_model="numpy")
+def _softmax_row_underflow(dl, dh, el, eh, sl, sh, libm, ylo, yhi, r_e, a_e, r_d, a_d,
+                           inv_dl_hi, inv_dh_lo, k):
+    """A row where some exp underflowed, element by element: where exp(dl_j) is 0 the ratio
+    is at least 1/(1 + (n-1)·exp(max_{k != j} dh_k - dl_j)) in the log domain; where the
+    denominator is 0 (a box far wider than float64's exp range: 0/0) it is at most
+    exp(dh_j - max(dh_j, max_{k != j} dl_k)) (the denominator is at least its largest term)."""
+    n = dl.shape[0]
+    m1 = -math.inf       # the two largest lower arguments of the row, and where the first is
+    m2 = -math.inf
+    j1 = -1
+    h1 = -math.inf       # the same for the upper arguments
+    h2 = -math.inf
+    k1 = -1
+    for j in range(n):
+        d_l, d_h = dl[j], dh[j]
+        if d_l > m1:
+            m1, m2, j1 = d_l, m1, j
+        elif d_l > m2:
+            m2 = d_l
+        if d_h > h1:
+            h1, h2, k1 = d_h, h1, j
+        elif d_h > h2:
+            h2 = d_h
+    for j in range(n):
+        e_l, e_h = el[j], eh[j]
+        others_hi = (sh - e_h) * (1 + 2 * _E)
+        others_lo = _nmax((sl - e_l) * (1 - 2 * _E), 0.0)
+        plo = _nmax(e_l / (e_l + others_hi) * (1 - 4 * _E), 0.0)
+        if e_l == 0.0:
+            t = (h2 if j == k1 else h1) - dl[j]
+            # (t = -inf: no other element, n = 1; the error factor made 0·inf NaN)
+            et = (0.0 if t == -math.inf else
+                  math.exp(t) * (1 + (libm + 4 + abs(t)) * _E) + _TINY)
+            plo = _nmax(1.0 / (1.0 + (n - 1) * et * (1 + 2 * _E)) * (1 - 4 * _E), 0.0)
+        if e_h + others_lo == 0.0:
+            t = dh[j] - max(dh[j], m2 if j == j1 else m1)
+            phi = math.exp(t) * (1 + (libm + 4 + abs(t)) * _E) + _TINY
+        else:
+            phi = e_h / (e_h + others_lo) * (1 + 4 * _E)
+        phi = _nmin(phi, 1.0)
+        ylo[j], yhi[j] = _softmax_out(plo, phi, r_e, a_e, r_d, a_d, inv_dl_hi, inv_dh_lo, k)
+
+
+# rows per block of the softmax passes: a block's shifted arguments, exps and bounds (~1.3 MB
+# at 128 columns) stay in L2 between the passes instead of making ~110 bytes of memory
+# traffic per score
+_SOFTMAX_BLOCK = 256
+
+
+def softmax_bounds(lo, hi, r_s, a_s, k, r_e, a_e, r_d, a_d, dlow, dhigh, g64, libm):
+    """fpx.interval's softmax rule (see its docstring for the derivation) along the last axis:
+    two compiled row passes around NumPy's SIMD exp, elementwise loops that vectorize (the
+    NumPy spelling made ~35 passes over the whole block; a scalar exp per element in the loop
+    is slower still, and so are loops that carry the rows' maxima and branches), over blocks
+    of rows that stay in cache."""
+    shape = lo.shape
+    lo2 = np.ascontiguousarray(lo, np.float64).reshape(-1, shape[-1])
+    hi2 = np.ascontiguousarray(hi, np.float64).reshape(-1, shape[-1])
+
+    def shift(s, e, dl, dh):
+        _softmax_shift(lo2[s:e], hi2[s:e], float(r_s), float(a_s), float(k), dl, dh)
+    ylo, yhi = np.empty(lo2.shape), np.empty(lo2.shape)
+    _softmax_blocks(shift, lo2.shape, (r_e, a_e, r_d, a_d, dlow, dhigh, g64, k, libm),
+                    ylo, yhi)
+    return ylo.reshape(shape), yhi.reshape(shape)
+
+
+def _softmax_blocks(shift, shape2, consts, ylo, yhi):
+    """The softmax passes over blocks of ``_SOFTMAX_BLOCK`` rows of a (rows, n) block:
+    ``shift(s, e, dl, dh)`` writes rows s..e of the shifted box, NumPy's exp, the bounds
+    rows into ylo/yhi (a block's arrays stay in cache between the passes)."""
+    rows, n = shape2
+    bl = max(1, min(rows, _SOFTMAX_BLOCK))
+    dl, dh, el, eh = (np.empty((bl, n)) for _ in range(4))
+    c = tuple(float(z) for z in consts)
+    with np.errstate(all="ignore"):
+        for s in range(0, rows, bl):
+            e = min(s + bl, rows)
+            m = e - s
+            dl_b, dh_b, el_b, eh_b = dl[:m], dh[:m], el[:m], eh[:m]
+            shift(s, e, dl_b, dh_b)
+            np.exp(dl_b, out=el_b)
+            np.exp(dh_b, out=eh_b)
+            _softmax_rows(dl_b, dh_b, el_b, eh_b, *c, ylo[s:e], yhi[s:e])
+
+
+@numba.njit(cache=True, error_model="numpy")
+def _ln_q_max(n, var_lo, M2, e_mu, a_v, g_v, d_op, d_s, eta, eps):
+    """An a priori bound on |(x_i - μ')/s'| (the program's normalized value before its own
+    rounding) over a layer norm's box; inf where none applies. |x_i - μ| <= sqrt((n-1)·var)
+    for every x (Σ_j (x_j - μ) = 0 and Cauchy-Schwarz), |μ' - μ| <= e_μ, the program's
+    var' >= max(0, var - G·σ - β) (σ = sqrt(var), G = γ·sqrt(M2), β = G·e_μ + a_v: the
+    rule's error terms for this x's own variance) and s'² >= (1-d)(var' + eps) - η. Two
+    ways to keep the dip of var - G·σ from reaching s': (a) var - G·σ >= (1-θ)·var -
+    G²/(4θ) with G²/(4θ) paid from eps; (b) σ >= m·G gives var - G·σ >= (1 - 1/m)·var, and
+    below that var' >= 0 leaves s'² >= (1-d)·eps - η. The least of the bounds is taken.
+    Without it a wide box (s_lo near sqrt(eps)) gave |y - b| up to |x|/sqrt(eps)·|w|, far
+    past sqrt(n)·|w|."""
+    E = _E
+    G = g_v * math.sqrt(M2) * (1 + 4 * E)
+    beta = (G * e_mu + a_v) * (1 + 4 * E)
+    k1 = (eps - beta) * (1 - 4 * E)
+    sq = math.sqrt(n - 1)
+    best = math.inf
+    if k1 > 0:                                              # (a)
+        th = max(G * G / (2 * k1), 1.0 / 1024)
+        kap = ((1 - d_op) * (k1 - G * G / (4 * th) * (1 + 4 * E)) - eta) * (1 - 4 * E)
+        c = (1 - d_op) * (1 - th) * (1 - 4 * E)
+        den = (c * var_lo + kap) * (1 - 4 * E)
+        if th <= 0.5 and kap >= 0 and den > 0:
+            best = (math.sqrt((n - 1) / c) * (1 + 4 * E) + e_mu / math.sqrt(den)) * (1 + 4 * E)
+    base = ((1 - d_op) * eps - eta) * (1 - 4 * E)
+    kap = ((1 - d_op) * k1 - eta) * (1 - 4 * E)
+    if base > 0 and kap >= 0:                               # (b)
+        for m in (1.5, 2.0, 4.0, 8.0, 16.0, 64.0):
+            c = (1 - d_op) * (1 - 1 / m) * (1 - 4 * E)
+            den = (c * var_lo + kap) * (1 - 4 * E)
+            if not den > 0:
+                continue
+            r = (math.sqrt((n - 1) / c) * (1 + 4 * E) + e_mu / math.sqrt(den)) * (1 + 4 * E)
+            if var_lo < (m * G) * (m * G):
+                r = max(r, (sq * m * G * (1 + 4 * E) + e_mu) / math.sqrt(base) * (1 + 4 * E))
+            best = min(best, r)
+    return best / (1 - d_s) * (1 + 8 * E) + _TINY
+
+
+@numba.njit(cache=True, error_model="numpy")
+def _layer_norm_rows(v, lo, hi, w, b, eps_lo, eps_hi, g_mu, g_v, g_out, d_op, d_s, eta, g64,
+                     top, lim, wb_max, ylo, yhi):
+    """fpx.interval's layer-norm rule (see its docstring for the derivation), one row at a
+    time: pass 1 the row's sums, pass 2 the centred value's norm, pass 3 the bounds. Returns
+    the number of rows where an intermediate of the program might pass ``lim`` (the squares
+    and their sum, the normalized value or its scaling: overflow the bound does not model)
+    or an input is not finite (those rows' bounds are left unset)."""
+    rows, n = lo.shape
+    n_bad = 0
+    u64 = 2.0 ** -53
+    sqn = math.sqrt(n) * (1 + 2 * _E)
+    # the row's values, radii, magnitudes and centred values, in L1-resident scratch: every
+    # pass below is elementwise or a lane-parallel reduction, so it vectorizes (the sums'
+    # order is covered by γ_{n+4}(u64); one running sum per quantity does not vectorize)
+    vr, rr, xa, dr = np.empty(n), np.empty(n), np.empty(n), np.empty(n)
+    for i in range(rows):
+        for j in range(n):
+            vv = np.float64(v[i, j])
+            vr[j] = vv
+            rr[j] = _radius_abs_up(vv, max(vv - lo[i, j], hi[i, j] - vv))[0]
+            xa[j] = max(abs(lo[i, j]), abs(hi[i, j]))
+            # (|v| here, plus x - x: 0 for finite v/lo/hi, NaN for inf or NaN; v - mean below)
+            dr[j] = abs(vv) + (lo[i, j] - lo[i, j]) + (hi[i, j] - hi[i, j])
+        s_av = _row_sum(dr)
+        if not math.isfinite(s_av):           # a non-finite input: the caller's fallback
+            n_bad += 1
+            continue
+        s_v = _row_sum(vr)
+        s_r = _row_sum(rr)
+        s_a = _row_sum(xa)
+        s_q = _row_dot(xa, xa)
+        xm = max(_row_max(xa), 0.0)
+        mv = s_v / n
+        # (mr, e64c at least 2^-968: every element's radius below adds them, and an
+        # all-zero row of a float64 program would otherwise multiply subnormals per element,
+        # a microcode assist each on Intel cores)
+        mr = max(s_r / n * (1 + g64) + _TINY, 2.0 ** -968)    # >= mean(r)
+        M1 = s_a / n * (1 + g64) + _TINY              # >= mean|x| over the box
+        M2 = s_q / n * (1 + g64) + _TINY              # >= mean(x²) over the box
+        e64c = max(s_av / n * g64 + _TINY, 2.0 ** -968)       # |mv - mean(v)|
+        for j in range(n):
+            dr[j] = vr[j] - mv
+        s_d2 = _row_dot(dr, dr)
+        s_r2 = _row_dot(rr, rr)
+        nd_hi = math.sqrt(s_d2 * (1 + g64)) * (1 + 2 * _E)
+        nd_lo = math.sqrt(s_d2 * (1 - g64)) * (1 - 2 * _E)
+        nr = math.sqrt(s_r2 * (1 + g64)) * (1 + 2 * _E) + _TINY
+        ne = (sqn * e64c + 2 * u64 * nd_hi) * (1 + 4 * _E)   # ||computed d - P·v||
+        nlo = max((nd_lo - (nr + ne) * (1 + 2 * _E)) * (1 - 2 * _E), 0.0)
+        nhi = (nd_hi + nr + ne) * (1 + 4 * _E)
+        var_lo = nlo * nlo / n * (1 - 4 * _E)
+        var_hi = nhi * nhi / n * (1 + 4 * _E)
+        # the program's mean and variance (any order, two-pass or updating)
+        e_mu = (g_mu * M1 + (n + 2) * eta) * (1 + 4 * _E)
+        a_v = ((n + 4 + 3 * math.sqrt(M2)) * eta + eta * eta) * (1 + 8 * _E)
+        # (every variance algorithm in use returns >= 0: sums of squares, Welford's
+        # same-signed increments, one-pass clamped at 0)
+        e_gen = g_v * math.sqrt(M2 * (var_hi + e_mu * e_mu)) * (1 + 8 * _E)
+        vp_lo = max(var_lo * (1 - 4 * _E) - (e_gen + a_v) * (1 + 4 * _E), 0.0)
+        vp_hi = ((var_hi + e_mu * e_mu) * (1 + g_v) + e_gen + a_v) * (1 + 8 * _E)
+        t_lo = ((vp_lo + eps_lo) * (1 - d_op) - eta) * (1 - 4 * _E)
+        t_hi = ((vp_hi + eps_hi) * (1 + d_op) + eta) * (1 + 4 * _E)
+        s_lo = math.sqrt(t_lo) * (1 - d_s) * (1 - 4 * _E) if t_lo > 0 else 0.0
+        s_hi = math.sqrt(t_hi) * (1 + d_s) * (1 + 4 * _E)
+        mu_abs = (abs(mv) + e64c + mr + e_mu) * (1 + 4 * _E)   # >= |the program's mean|
+        q_max = _ln_q_max(n, var_lo, M2, e_mu, a_v, g_v, d_op, d_s, eta, eps_lo)
+        if (4 * xm * xm * n * 1.01 > lim) or (s_lo > 0 and 2.01 * xm / s_lo * wb_max > lim):
+            n_bad += 1
+        if not s_lo > 0:
+            for j in range(n):
+                ylo[i, j] = -math.inf
+                yhi[i, j] = math.inf
+            continue
+        # d/s over s in [s_lo, s_hi] through reciprocals rounded outward (no division per
+        # element: five per element had made this pass divider-bound): inv_hi <= 1/s_hi,
+        # inv_lo >= 1/s_lo (finite: s_lo >= sqrt(2^-1074)); each product's own rounding is
+        # the quotient's, which the 2ε steps below widen by
+        inv_hi = 1.0 / s_hi * (1 - 2 * _E)
+        inv_lo = 1.0 / s_lo * (1 + 2 * _E)
+        for j in range(n):
+            ww = np.float64(_at(w, i, j))
+            bb = np.float64(_at(b, i, j))
+            d = dr[j]
+            rho = (rr[j] + mr + e64c + 2 * u64 * abs(d) + e_mu) * (1 + 6 * _E)
+            dl = (d - rho) - abs(d - rho) * 2 * _E - _TINY
+            dh = (d + rho) + abs(d + rho) * 2 * _E + _TINY
+            ql = dl * (inv_hi if dl >= 0 else inv_lo)     # <= dl/s_hi resp. dl/s_lo
+            qh = dh * (inv_lo if dh >= 0 else inv_hi)     # >= dh/s_lo resp. dh/s_hi
+            ql -= abs(ql) * 2 * _E + _TINY
+            qh += abs(qh) * 2 * _E + _TINY
+            ql = max(ql, -q_max)
+            qh = min(qh, q_max)
+            ql, qh = (qh, ql) if ww < 0 else (ql, qh)
+            zl = ql * ww + bb
+            zh = qh * ww + bb
+            zl -= (abs(ql * ww) + abs(bb)) * 4 * _E + _TINY
+            zh += (abs(qh * ww) + abs(bb)) * 4 * _E + _TINY
+            X = xa[j]
+            aw = abs(ww) * inv_lo                        # >= |w|/s_lo, rounding in rnd's 8ε
+            rnd = (g_out * ((X + mu_abs) * aw + abs(bb)) + eta * (3 + 2 * aw)) * (1 + 8 * _E)
+            y = zl - rnd * (1 + 2 * _E) - abs(zl) * 2 * _E - _TINY
+            z = zh + rnd * (1 + 2 * _E) + abs(zh) * 2 * _E + _TINY
+            ylo[i, j] = -math.inf if y < -top else y
+            yhi[i, j] = math.inf if z > top else z
+    return n_bad
+
+
+def layer_norm_bounds(v, lo, hi, w, b, eps_lo, eps_hi, g_mu, g_v, g_out, d_op, d_s, eta, top,
+                      lim):
+    """fpx.interval's layer-norm rule over the last axis of (rows, n) blocks (``w``/``b``:
+    float64 rows of n, or scalars); returns (ylo, yhi, n_bad) (n_bad: rows where the
+    program's intermediates might pass ``lim`` or an input is not finite). Three compiled passes per row, with the row
+    in cache: the decomposition's rules made ~25 passes over the whole block."""
+    n = lo.shape[-1]
+    ylo, yhi = np.empty(lo.shape), np.empty(lo.shape)
+    wb_max = max(1.0, float(np.max(np.abs(w)))) + float(np.max(np.abs(b)))
+    n_bad = _layer_norm_rows(v, lo, hi, w, b, float(eps_lo), float(eps_hi), float(g_mu),
+                             float(g_v), float(g_out), float(d_op), float(d_s), float(eta),
+                             (n + 4) * 2.0 ** -53 / (1 - (n + 4) * 2.0 ** -53), float(top),
+                             float(lim), wb_max, ylo, yhi)
+    return ylo, yhi, n_bad
