@@ -439,9 +439,12 @@ def _right_of_radius(vv, r0):
 
 @numba.njit(inline="always", error_model="numpy")
 def _centred(cc, R, f, a, cb, top, floor):
-    """(lo, hi, bad) of one element of ``center_bounds``."""
-    rad = (R * f + a) * (1.0 + 4 * _E) + _TINY
-    d = rad * (1.0 + 8 * _E) + min(abs(cc), _MAX) * cb + _TINY
+    """(lo, hi, bad) of one element of ``center_bounds``. Only the four products can
+    underflow (sums of doubles are exact where subnormal), each by at most 2^-1075: one
+    final 3·2^-1074 covers them, added last so that an exact zero (R = a = c = 0, the ReLU's
+    zeros) never multiplies a subnormal (a microcode assist per product on Intel cores)."""
+    rad = (R * f + a) * (1.0 + 4 * _E)
+    d = rad * (1.0 + 8 * _E) + min(abs(cc), _MAX) * cb + 3 * _TINY
     y = cc - d
     z = cc + d
     bad = (abs(cc) == math.inf) | (cc != cc) | (d == math.inf) | (y != y) | (z != z)
@@ -463,7 +466,7 @@ def _center_loop(c, R, f, a, cb, top, floor, lo, hi):
 
 
 def center_bounds(c, R, f, a, top, b=0.0, floor=-math.inf):
-    """(lo, hi, n_bad): ``c ∓ (rad·(1+8ε) + |c|·(b + 8ε)·(1+4ε) + 2^-1074)``, ``rad >= R·f +
+    """(lo, hi, n_bad): ``c ∓ (rad·(1+8ε) + |c|·(b + 8ε)·(1+4ε) + 3·2^-1074)``, ``rad >= R·f +
     a`` (see above; ``b·|c|``: a radius term proportional to the centre's magnitude);
     ``n_bad`` counts elements with a non-finite centre, an infinite radius (R or a) or a NaN
     bound: with none, every bound is finite or past ``top``. ``floor``: then
