@@ -296,14 +296,17 @@ def test_unbounded_bound_explains_nothing():
 
 def test_float16_sum_beyond_gamma_range():
     """4096 float16 additions: n·u >= 1. Round-to-nearest sums keep a finite rigorous bound,
-    (n-1)·u·Σ|x| (Rump 2012: no restriction on n) -- loose, but sound, so the float64 sum
-    is inside; with faithful (1-ulp) additions only γ_n applies, which is infinite there:
-    inconclusive."""
+    (n-1)·u·Σ|x| (Rump 2012: no restriction on n) -- sound, so the float64 sum is inside, but
+    so loose (tens of times the sums' magnitude) that it could not have told: inconclusive,
+    "bound too wide", unless the caller accepts such widths; with faithful (1-ulp) additions
+    only γ_n applies, which is infinite there: inconclusive."""
     from fpx.policy import get_policy
     x = np.random.default_rng(13).standard_normal((4096, 8)).astype(np.float16)
     ref = x.astype(np.float64).sum(axis=0)
     v = fpx.classify(ck.column_sum, ref, x)
-    assert v.kind == "roundoff"
+    assert v.kind == "inconclusive" and v.n_outside == 0 and v.n_undecided == 8
+    assert v.width > 2 and "bound too wide" in v.report()
+    assert fpx.classify(ck.column_sum, ref, x, too_wide=1e3).kind == "roundoff"
     iv = fpx.interval(ck.column_sum)(x)
     half = (iv.hi - iv.lo) / 2
     assert np.all(np.isfinite(half))

@@ -149,3 +149,87 @@ def test_a_program_that_only_mutates_its_input_is_refused():
         x.mul_(2.0)
     with pytest.raises(fpx.FpxError, match="returns nothing"):
         fpx.interval(scale)(torch.ones(3))
+
+
+def _planted(m, name, factor=1.01):
+    """A copy of ``m`` with the weight of submodule ``name`` scaled by ``factor``."""
+    t = copy.deepcopy(m)
+    with torch.no_grad():
+        t.get_submodule(name).weight.mul_(factor)
+    return t
+
+
+def test_default_layers_are_fine_and_find_a_planted_weight_bug():
+    # the default layers: every parameter-owning module and leaf, and the composites (the
+    # residual blocks, the model) -- a 1.01x weight in one conv is found at that conv
+    m = _resnet()
+    x = torch.randn(2, 3, 12, 12, generator=torch.Generator().manual_seed(1))
+    clean = fpx.classify(m, copy.deepcopy(m).double(), x)
+    assert clean.kind == "roundoff", clean.report()
+    ran = [n for n, _ in clean.layers]
+    assert {"conv1", "layer1.conv2", "layer2.down.0", "layer2.down.1", "fc"} <= set(ran)
+    assert {"layer1", "layer2", "ResNet"} <= set(ran)      # composites: residual adds, head
+    assert ran.index("layer1.bn2") < ran.index("layer1")     # inner calls return first
+    for name in ("layer1.conv2", "layer2.down.0", "fc"):
+        v = fpx.classify(_planted(m, name), copy.deepcopy(m).double(), x)
+        assert v.kind == "bug" and v.first_bug == name, (name, v.report())
+        assert f"first layer whose reference output leaves the target's bound: {name}" \
+            in v.report()
+
+
+class _Scores(nn.Module):
+    """Attention whose projections are Linear children and whose scores are its own code."""
+
+    def __init__(self, d, scale):
+        super().__init__()
+        self.q, self.k, self.v = nn.Linear(d, d), nn.Linear(d, d), nn.Linear(d, d)
+        self.scale = scale
+
+    def forward(self, x):
+        s = self.q(x) @ self.k(x).transpose(-2, -1) * self.scale
+        return torch.softmax(s, dim=-1) @ self.v(x)
+
+
+def test_a_bug_in_a_composites_own_code_is_found_at_the_composite():
+    torch.manual_seed(3)
+    ref = nn.Sequential(nn.Linear(8, 16), _Scores(16, 0.25), nn.LayerNorm(16)).eval()
+    target = copy.deepcopy(ref)
+    target[1].scale = 0.25 * 1.01
+    x = torch.randn(2, 5, 8, generator=torch.Generator().manual_seed(4))
+    v = fpx.classify(target, copy.deepcopy(ref).double(), x)
+    assert v.kind == "bug" and v.first_bug == "1", v.report()
+    kinds = dict(v.layers)
+    assert all(kinds[n].kind == "roundoff" for n in ("0", "1.q", "1.k", "1.v", "2"))
+    assert fpx.classify(ref, copy.deepcopy(ref).double(), x).kind == "roundoff"
+
+
+def _deep_norm_chain(depth=16):
+    torch.manual_seed(0)
+    return nn.Sequential(*[nn.Sequential(nn.Linear(32, 32), nn.LayerNorm(32))
+                           for _ in range(depth)]).eval()
+
+
+def test_a_vacuous_bound_does_not_say_roundoff():
+    # sixteen Linear-LayerNorm pairs: the whole program's interval bound is about as wide as
+    # the output's own range (each layer norm's whole output range); a reference from a copy
+    # with the first weight scaled by 1.01 (or shifted by 1-7%) lies inside it, and that is no
+    # evidence of round-off -- inconclusive, the width said; the fine layers find the bug
+    m = _deep_norm_chain()
+    x = torch.randn(4, 32, generator=torch.Generator().manual_seed(1))
+    bugged = _planted(m, "0.0").double()
+    ref = bugged(x.double()).detach()
+    v = fpx.classify(m, ref, x, layers=False)
+    assert v.kind == "inconclusive" and v.n_outside == 0 and v.width >= 1, v.report()
+    assert "bound too wide" in v.report()
+    y = m(x).detach().double()
+    for shift in (1.01, 1.07):
+        assert fpx.classify(m, y * shift, x, layers=False).kind != "roundoff"
+    # the same program's float64 run is not called round-off either: the bound cannot tell
+    assert fpx.classify(m, copy.deepcopy(m).double()(x.double()).detach(), x,
+                        layers=False).kind == "inconclusive"
+    # only a caller who accepts such widths gets roundoff
+    assert fpx.classify(m, ref, x, layers=False, too_wide=1e3).kind == "roundoff"
+    w = fpx.classify(m, bugged, x)
+    assert w.kind == "bug" and w.first_bug == "0.0", w.report()
+    with pytest.raises(ValueError, match="too_wide"):
+        fpx.classify(m, ref, x, layers=False, too_wide=0)

@@ -7,8 +7,10 @@ by round-off; a reference outside a finite, sound bound cannot be -- a bug (a Na
 reference there too: round-off cannot produce it). ``inconclusive``
 when the bound cannot decide: infinite/NaN bounds where the reference is not contained, a
 ``[-inf, +inf]`` bound (it contains everything, so it explains nothing) where target and
-reference differ, or an unstable value decided Python control flow (the bound then covers only
-the path taken) or an integer output.
+reference differ, a bound too wide to tell (half-width at least ``too_wide`` times the largest
+magnitude the output takes: it fixes not one significant digit, so a reference inside it is no
+evidence), or an unstable value
+decided Python control flow (the bound then covers only the path taken) or an integer output.
 
 If ``reference`` is a function, its own bound is computed too and the two enclosures are
 compared: a reference computed in float32 is not exact, and disjoint enclosures are needed to
@@ -42,6 +44,9 @@ class Verdict:
     the largest distance outside, absolute and relative to the bound's half-width;
     ``tightness``: median over elements of (bound half-width / observed |target - reference|)
     where they differ (1 = the bound is as tight as the observed error; large = loose);
+    ``width``: median over finite bounds of (half-width / M), M the largest finite magnitude
+    among the output's target and reference values (``too_wide`` and above: the bound cannot
+    tell; such elements where target and reference differ are undecided);
     ``events``: what the bound could not decide; ``rigorous``: False for the probabilistic bound;
     ``reasons``: why the verdict is what it is; ``hints``: what might change it (a reference
     array narrower than the target's output, taken as exact).
@@ -56,6 +61,7 @@ class Verdict:
     margin_abs: float = 0.0
     margin_rel: float = 0.0
     tightness: float = float("nan")
+    width: float = float("nan")
     max_observed: float = 0.0
     events: list = field(default_factory=list)
     rigorous: bool = True
@@ -75,6 +81,9 @@ class Verdict:
         if np.isfinite(self.tightness):
             lines.append(f"  bound tightness (median half-width / observed difference): "
                          f"{self.tightness:.3g}")
+        if np.isfinite(self.width):
+            lines.append(f"  bound width (median half-width / the output's largest magnitude): "
+                         f"{self.width:.3g}")
         if self.n_outside:
             lines.append(f"  largest excursion outside the bound: {self.margin_abs:.6g} "
                          f"({self.margin_rel:.3g}x the bound's half-width)")
@@ -113,7 +122,7 @@ def _kind(v) -> str:
 
 def classify(target, reference, *args, policy=None, bound: str = "rigorous",
              confidence: float = 0.999, branches: str = "hull", matmul: str = "midrad",
-             start=None, end=None, layers=None, **kwargs) -> Verdict:
+             start=None, end=None, layers=None, too_wide: float = 1.0, **kwargs) -> Verdict:
     """Verdict on ``target(*args, **kwargs)`` vs ``reference`` (an array/pytree, or a function
     of the same arguments whose own round-off is bounded too).
 
@@ -122,12 +131,24 @@ def classify(target, reference, *args, policy=None, bound: str = "rigorous",
     are modules, the analysis is **layer by layer** (``fpx.transforms.classify_layers``:
     the paper's NN-level reduction; ``layers`` maps or lists the layer names, ``start``/``end``
     restrict it to a contiguous range) unless ``layers=False``.
+
+    ``too_wide``: where target and reference differ inside a bound whose half-width is at least
+    ``too_wide`` times the largest magnitude M the output takes, the element is undecided (the
+    bound could not have told). The default 1: such a bound cannot tell the element from 0 nor
+    from the output's largest value -- it fixes not one significant digit. Elements marked
+    unstable are exempt: their bound is the hull of outcomes round-off may choose between (a
+    branch cut, a mask), and its width is a jump round-off can make. A smaller value asks more
+    of the bound: ``too_wide=0.01`` makes roundoff mean that a 1% deviation would have been
+    seen.
     """
+    if not too_wide > 0:
+        raise ValueError(f"fpx.classify: too_wide must be positive, got {too_wide!r}")
     if layers is not False and _is_module(target) and _is_module(reference):
         from fpx.transforms.classify_layers import classify_layers
         return classify_layers(target, reference, *args, policy=policy, bound=bound,
                                confidence=confidence, branches=branches, matmul=matmul,
-                               start=start, end=end, layers=layers, **kwargs)
+                               start=start, end=end, layers=layers, too_wide=too_wide,
+                               **kwargs)
     if start is not None or end is not None:
         raise ValueError("fpx.classify: start/end restrict a layer-by-layer analysis, which "
                          "needs torch modules as target and reference")
@@ -146,7 +167,7 @@ def classify(target, reference, *args, policy=None, bound: str = "rigorous",
     else:
         rad = None
         r_out = tree.tree_map(as_array, reference)
-    v = _compare(t_out, r_out, events, bound)
+    v = _compare(t_out, r_out, events, bound, too_wide)
     v.target = ad.to_user(t_out)
     if rad is not None:
         v.reference = rad.to_user(r_out)
@@ -176,7 +197,17 @@ def _dtype(x):
     return c.dtype if hasattr(c, "dtype") else np.asarray(c).dtype
 
 
-def _compare(t_out, r_out, events, bound) -> Verdict:
+def _scale(tv, rv):
+    """M: the largest finite magnitude among an output's target and reference values."""
+    m = 0.0
+    for a in (tv, rv):
+        a = np.abs(a[np.isfinite(a)])
+        if a.size:
+            m = max(m, float(a.max()))
+    return m
+
+
+def _compare(t_out, r_out, events, bound, too_wide=1.0) -> Verdict:
     """The verdict of target bounds ``t_out`` against reference values/bounds ``r_out``."""
     t_leaves, t_td = tree.flatten(t_out)
     r_leaves, r_td = tree.flatten(r_out)
@@ -185,8 +216,8 @@ def _compare(t_out, r_out, events, bound) -> Verdict:
                          f"{len(r_leaves)}")
     v = Verdict("roundoff", t_out, r_out, events=events, rigorous=(bound == "rigorous"))
     ref_is_arrays = not any(isinstance(x, Interval) for x in r_leaves)   # not a function's bounds
-    halfw_over_obs = []
-    n_nan = n_inf = 0
+    halfw_over_obs, rel_widths = [], []
+    n_nan = n_inf = n_wide = 0
     for i, (t, r) in enumerate(zip(t_leaves, r_leaves)):
         t = _as_intervals(t)
         r = _as_intervals(r)
@@ -214,11 +245,27 @@ def _compare(t_out, r_out, events, bound) -> Verdict:
             undecided = bad & ~outside | vacuous
             diff = np.where(tv == rv, 0.0, np.abs(tv - rv))   # inf == inf: no difference
             half = (thi - tlo) / 2
+            # a finite bound too wide to tell: the reference inside it is no evidence
+            wide = np.zeros(tv.shape, bool)
+            if _kind(t.value) not in "iub":
+                m = _scale(tv, rv)
+                r_half = (rhi - rlo) / 2
+                fin_half = np.isfinite(half)
+                if fin_half.any():
+                    rel_widths.append((half[fin_half] / m if m > 0 else
+                                       np.where(half[fin_half] > 0, np.inf, 0.0)).ravel())
+                wide = overlap & ~(tv == rv) & ~vacuous & (
+                    (half >= too_wide * m) | (r_half >= too_wide * m))
+                for iv in (t, r):       # a decision round-off may flip: the width is its jump
+                    if iv.unstable is not None:
+                        wide &= ~to_host(np.asarray(iv.unstable, bool))
+            undecided |= wide
         v.n_elements += int(tv.size)
         v.n_outside += int(np.count_nonzero(outside))
         n_nan += int(np.count_nonzero(outside & np.isnan(rv)))
         n_inf += int(np.count_nonzero(outside & np.isinf(rv)))
         v.n_undecided += int(np.count_nonzero(undecided))
+        n_wide += int(np.count_nonzero(wide))
         fin = np.isfinite(diff)
         if fin.any():
             v.max_observed = max(v.max_observed, float(np.max(diff[fin])))
@@ -247,6 +294,8 @@ def _compare(t_out, r_out, events, bound) -> Verdict:
                 v.reasons.append(f"{who} {i} is an integer decided by an unstable comparison")
     if halfw_over_obs:
         v.tightness = float(np.median(np.concatenate(halfw_over_obs)))
+    if rel_widths:
+        v.width = float(np.median(np.concatenate(rel_widths)))
     control = any(e.kind in ("unstable-control-flow", "escaped-value", "untraced-output")
                   for e in events)
     int_unstable = any("integer" in r for r in v.reasons)
@@ -262,9 +311,14 @@ def _compare(t_out, r_out, events, bound) -> Verdict:
                              "finite: round-off alone cannot overflow there")
     elif v.n_outside or v.n_undecided or control or int_unstable:
         v.kind = "inconclusive"
-        if v.n_undecided:
-            v.reasons.append(f"{v.n_undecided} element(s) cannot be decided: infinite or NaN "
-                             "bounds, or an integer decided by an unstable comparison")
+        if v.n_undecided > n_wide:
+            v.reasons.append(f"{v.n_undecided - n_wide} element(s) cannot be decided: infinite "
+                             "or NaN bounds, or an integer decided by an unstable comparison")
+        if n_wide:
+            v.reasons.append(f"bound too wide: {n_wide} element(s) differ inside a bound whose "
+                             f"half-width is at least {too_wide:g}x the output's largest "
+                             f"magnitude (median half-width / magnitude: {v.width:.3g}); "
+                             "it could not have told round-off from a bug")
         if control:
             v.reasons.append("an unstable value decided Python control flow, a value with "
                              "round-off left the program as a constant, or an output did not "

@@ -26,9 +26,12 @@ class LayerVerdict(Verdict):
     """:class:`fpx.Verdict` of a layer-by-layer analysis: ``layers`` is a list of
     ``(name, Verdict)`` in execution order; ``first_bug``: the first layer whose reference
     output leaves the target's bound (``None`` if none); ``kind``: ``"bug"`` when there is one,
-    ``"inconclusive"`` when some layer cannot be decided, else ``"roundoff"``."""
+    ``"inconclusive"`` when some layer cannot be decided, else ``"roundoff"``; ``unchecked``:
+    composite layers (default layers only) whose own bound could not decide, which do not make
+    the verdict inconclusive since each of their sublayers was decided."""
     layers: list = field(default_factory=list)
     first_bug: object = None
+    unchecked: list = field(default_factory=list)
 
     def report(self, max_items: int = 4) -> str:
         lines = [f"fpx.classify (layer by layer) verdict: {self.kind.upper()}"
@@ -102,14 +105,15 @@ def _layer_range(names, start, end):
 
 
 def _layer_names(target, layers):
-    """(target layer names, {target name: reference name})."""
-    from fpx.interop.torch import child_layers
+    """(target layer names, {target name: reference name}, composite names)."""
+    from fpx.interop.torch import fine_layers
     if layers is None:
-        names = child_layers(target)
-        return names, {n: n for n in names}
+        fine, composite = fine_layers(target)
+        names = fine + composite
+        return names, {n: n for n in names}, set(composite)
     if isinstance(layers, dict):
-        return list(layers), dict(layers)
-    return list(layers), {n: n for n in layers}
+        return list(layers), dict(layers), set()
+    return list(layers), {n: n for n in layers}, set()
 
 
 def _recorded(target, reference, names, mapping, args, kwargs):
@@ -134,14 +138,20 @@ def _recorded(target, reference, names, mapping, args, kwargs):
     return t_calls, r_calls, labels
 
 
-def _summary(results, bound) -> LayerVerdict:
+def _summary(results, bound, composite) -> LayerVerdict:
+    """The verdict over the layers: a bug at the first layer (in the order calls return, so
+    innermost first) whose reference output leaves its bound; otherwise inconclusive where a
+    fine layer is. A composite layer (``composite[label]``) that cannot decide -- its bound
+    spans its sublayers and may be too wide -- is listed as unchecked instead: its sublayers
+    were each decided."""
     first = next((n for n, v in results if v.kind == "bug"), None)
-    kinds = {v.kind for _, v in results}
-    kind = "bug" if first is not None else ("inconclusive" if "inconclusive" in kinds
-                                             else "roundoff")
+    undecided = [n for n, v in results if v.kind == "inconclusive" and not composite.get(n)]
+    unchecked = [n for n, v in results if v.kind == "inconclusive" and composite.get(n)]
+    kind = "bug" if first is not None else ("inconclusive" if undecided else "roundoff")
     lv = LayerVerdict(kind, results[-1][1].target, results[-1][1].reference,
                       events=[e for _, v in results for e in v.events],
-                      rigorous=(bound == "rigorous"), layers=results, first_bug=first)
+                      rigorous=(bound == "rigorous"), layers=results, first_bug=first,
+                      unchecked=unchecked)
     for _, v in results:
         lv.n_outside += v.n_outside
         lv.n_undecided += v.n_undecided
@@ -150,12 +160,18 @@ def _summary(results, bound) -> LayerVerdict:
     if first is not None:
         lv.reasons.append(f"layer {first!r}: the reference's output leaves the target's "
                           "round-off bound on the hull of both programs' inputs to it")
+    elif undecided:
+        lv.reasons.append(f"layer(s) {undecided} cannot be decided")
+    if unchecked:
+        lv.reasons.append(f"the code of composite layer(s) {unchecked} between their "
+                          "sublayers is unchecked: their bounds cannot decide (see each); "
+                          "every sublayer was decided on its own")
     return lv
 
 
 def classify_layers(target, reference, *args, policy=None, bound="rigorous", confidence=0.999,
                     branches="hull", matmul="midrad", start=None, end=None, layers=None,
-                    **kwargs) -> LayerVerdict:
+                    too_wide=1.0, **kwargs) -> LayerVerdict:
     """Classify ``target`` against ``reference`` (two modules with the same layer structure)
     one layer at a time.
 
@@ -166,12 +182,15 @@ def classify_layers(target, reference, *args, policy=None, bound="rigorous", con
     layer's round-off bound on it (``fpx.interval``) must contain the reference layer's
     output. The first layer where it does not is where the two programs part: a bug there.
 
-    ``layers``: ``None`` -- the target's direct children that run, in execution order; a list
+    ``layers``: ``None`` -- every submodule that runs (``fpx.interop.torch.fine_layers``): the
+    fine layers (each module owning parameters: every Conv/Linear/norm/embedding; each leaf)
+    and the composites (modules with code of their own between sublayers, the model itself
+    included, so a bug in that code is found too), in the order their calls return; a list
     of dotted submodule names (the same in both modules); or a dict ``{target name: reference
     name}``. ``start``/``end``: a layer name or position; the analysis covers ``start..end``
     inclusive.
     """
-    names, mapping = _layer_names(target, layers)
+    names, mapping, composite = _layer_names(target, layers)
     t_calls, r_calls, labels = _recorded(target, reference, names, mapping, args, kwargs)
     i0, i1 = _layer_range(labels, start, end)
     opts = dict(bound=bound, confidence=confidence, branches=branches, matmul=matmul)
@@ -183,7 +202,8 @@ def classify_layers(target, reference, *args, policy=None, bound="rigorous", con
         ad = adapt(sub, ins_args, ins_kwargs)
         interp, t_out = run_interval(ad.fn, ad.args, ad.kwargs, trace_floats=False,
                                      policy=ad.policy if policy is None else policy, **opts)
-        v = _compare(t_out, tree.tree_map(as_array, rout), list(interp.events), bound)
+        v = _compare(t_out, tree.tree_map(as_array, rout), list(interp.events), bound, too_wide)
         v.target, v.reference = ad.to_user(t_out), rout
         results.append((labels[idx], v))
-    return _summary(results, bound)
+    roles = {labels[i]: t_calls[i][0] in composite for i in range(i0, i1 + 1)}
+    return _summary(results, bound, roles)

@@ -54,7 +54,7 @@ sees the same named ops in a torch program as in a NumPy one.
 from fpx.interop.torch import aten_math, aten_movement, aten_nn  # noqa: F401  (the handlers)
 from fpx.interop.torch.adapter import BoundProgram, adapt
 from fpx.interop.torch.convert import np_dtype, to_array, to_tensor, torch_dtype
-from fpx.interop.torch.layers import child_layers, record_calls
+from fpx.interop.torch.layers import child_layers, fine_layers, record_calls
 from fpx.interop.torch.policy import TORCH_CPU, default_policy
 from fpx.interop.torch.program import TorchProgram, build, from_module, program_for
 from fpx.interop.torch.table import ATEN_OPS, UnmappedOpError, covered_ops, register_aten
@@ -62,4 +62,4 @@ from fpx.interop.torch.table import ATEN_OPS, UnmappedOpError, covered_ops, regi
 __all__ = ["from_module", "TorchProgram", "to_array", "to_tensor", "adapt", "ATEN_OPS",
            "register_aten", "UnmappedOpError", "TORCH_CPU", "default_policy", "covered_ops",
            "np_dtype", "torch_dtype", "build", "program_for", "BoundProgram", "child_layers",
-           "record_calls"]
+           "fine_layers", "record_calls"]

@@ -9,12 +9,37 @@ import torch.utils._pytree as _pytree
 from fpx.interop.torch.convert import to_tensor
 
 
+_HOLDERS = (torch.nn.ParameterList, torch.nn.ParameterDict)
+_CONTAINERS = (torch.nn.Sequential, torch.nn.ModuleList, torch.nn.ModuleDict)
+
+
 def child_layers(module) -> list[str]:
     """The names of ``module``'s direct children that can run (``[""]``, the module itself,
     for a leaf or a module whose children only hold parameters: ``ParameterList``,
     ``ParameterDict``)."""
-    holders = (torch.nn.ParameterList, torch.nn.ParameterDict)
-    return [n for n, c in module.named_children() if not isinstance(c, holders)] or [""]
+    return [n for n, c in module.named_children() if not isinstance(c, _HOLDERS)] or [""]
+
+
+def fine_layers(module) -> tuple[list[str], list[str]]:
+    """``(fine, composite)``: the dotted names of every submodule (``""`` the module itself)
+    that may run, split in two. Fine: a module that owns parameters (its own, or in a
+    ``ParameterList``/``ParameterDict`` child) or has no children that run (a leaf: an
+    activation, a pooling). Composite: every other module but the plain containers
+    (``Sequential``, ``ModuleList``, ``ModuleDict``, whose forward adds no arithmetic) --
+    code of its own runs between its sublayers (attention scores, a residual add)."""
+    fine, composite = [], []
+    for name, m in module.named_modules():
+        if isinstance(m, _HOLDERS):
+            continue
+        kids = [c for c in m.children() if not isinstance(c, _HOLDERS)]
+        owns = (next(m.parameters(recurse=False), None) is not None
+                or any(isinstance(c, _HOLDERS) for c in m.children()))
+        if owns or not kids:
+            fine.append(name)
+        elif not isinstance(m, _CONTAINERS) or type(m).forward not in {
+                c.forward for c in _CONTAINERS}:
+            composite.append(name)
+    return fine, composite
 
 
 def _module_dtype(m):
