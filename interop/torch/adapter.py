@@ -58,12 +58,13 @@ def _to_user_leaf(x, device):
     return x
 
 
-def adapt(f, args=(), kwargs=None) -> Adapted:
+def adapt(f, args=(), kwargs=None, *, fallback="auto", policy=None) -> Adapted:
     """``fpx.transform.adapt`` for torch: see its docstring (the contract every transform
-    relies on)."""
+    relies on). ``fallback``: as :func:`build`'s; ``policy``: the default policy instead of
+    torch's (``fpx.interop.triton`` gives its own for programs that launch kernels)."""
     kwargs = dict(kwargs or {})
     with LOCK:             # the parameters, not another thread's export's fake tensors
-        prog = program_for(f, args, kwargs)
+        prog = program_for(f, args, kwargs, fallback=fallback)
         params = prog.params(f)
     device = _device_of(args, kwargs)
     a, k = tree.tree_map(_to_fpx_leaf, (tuple(args), kwargs))
@@ -71,6 +72,7 @@ def adapt(f, args=(), kwargs=None) -> Adapted:
     program = BoundProgram(prog, params, f, examples)
     return Adapted(program, a, k, lambda out: tree.tree_map(
         lambda x: _to_user_leaf(x, device), out),
+        policy if policy is not None else
         default_policy(device, device.type == "cuda" and _convolves(prog)), "torch", prog)
 
 

@@ -1,0 +1,244 @@
+"""fpx transforms on unchanged Triton kernels (``fpx.interop.triton``): bounds hold the float64
+reference for every correct kernel, buggy variants classify as bugs, stochastic and trace run,
+unsupported ops raise naming the op, and the interpreter's state is restored."""
+import os
+
+os.environ.setdefault("TRITON_INTERPRET", "1")
+
+import numpy as np  # noqa: E402
+import pytest  # noqa: E402
+
+triton = pytest.importorskip("triton")
+import torch  # noqa: E402
+import triton.language as tl  # noqa: E402
+
+import fpx  # noqa: E402
+from test_triton_kernels import (attention, colsum, cumsum_sum, desc_matmul,  # noqa: E402
+                                 gather_dot, layernorm, matmul, softmax, splitk, xyx)
+
+pytestmark = pytest.mark.skipif(os.environ.get("TRITON_INTERPRET") != "1",
+                                reason="triton was imported without TRITON_INTERPRET=1")
+
+
+def _inside(iv, ref):
+    r = ref.detach().double().numpy()
+    return bool(np.all(iv.lo <= r) and np.all(r <= iv.hi))
+
+
+def _gen(seed=0):
+    return torch.Generator().manual_seed(seed)
+
+
+def _cases():
+    g = _gen()
+    a16, b16 = torch.randn(37, 29, generator=g).half(), torch.randn(29, 45, generator=g).half()
+    a32, b32 = torch.randn(37, 29, generator=g), torch.randn(29, 45, generator=g)
+    x = torch.randn(8, 20, generator=g)
+    w, b = torch.randn(20, generator=g), torch.randn(20, generator=g)
+    xs = (torch.randn(50, 37, generator=g) * 2e-5).half()        # fp16 subnormal sums
+    q, k, v = (torch.randn(n, 16, generator=g).half() for n in (32, 48, 48))
+    xg, wg = torch.randn(32, 16, generator=g), torch.randn(40, 16, generator=g)
+    idx = torch.randint(0, 40, (16,), generator=g, dtype=torch.int32)
+    a8 = torch.randn(32, 32, generator=g).to(torch.float8_e5m2)
+    b8 = torch.randn(32, 48, generator=g).to(torch.float8_e5m2)
+    ad, bd = torch.randn(32, 32, generator=g).half(), torch.randn(32, 48, generator=g).half()
+    e1, e2 = torch.randn(100, generator=g), torch.randn(100, generator=g)
+    d = lambda t: t.double()  # noqa: E731
+    rms_ref = d(x) * torch.rsqrt((d(x) ** 2).mean(1, keepdim=True) + 1e-5) * d(w)
+    return {
+        "matmul fp16": (matmul, (a16, b16), d(a16) @ d(b16)),
+        "matmul fp32 ieee": (lambda a, b: matmul(a, b, "ieee"), (a32, b32), d(a32) @ d(b32)),
+        "matmul fp32 tf32": (lambda a, b: matmul(a, b, "tf32"), (a32, b32), d(a32) @ d(b32)),
+        "matmul fp32 tf32x3": (lambda a, b: matmul(a, b, "tf32x3"), (a32, b32),
+                               d(a32) @ d(b32)),
+        "descriptor matmul": (desc_matmul, (ad, bd), d(ad) @ d(bd)),
+        "split-K fp32": (splitk, (a32, b32), d(a32) @ d(b32)),
+        "split-K fp16": (lambda a, b: splitk(a, b, out_dtype=torch.float16), (a16, b16),
+                         d(a16) @ d(b16)),
+        "fp8 e5m2 gemm": (lambda a, b: matmul(a, b, out_dtype=torch.float32), (a8, b8),
+                          d(a8) @ d(b8)),
+        "fp16 column sum": (colsum, (xs,), d(xs).sum(0)),
+        "cumsum then sum": (cumsum_sum, (x,), d(x).cumsum(1).sum(1)),
+        "softmax": (softmax, (x,), torch.softmax(d(x), 1)),
+        "layer norm": (layernorm, (x, w, b),
+                       torch.nn.functional.layer_norm(d(x), (20,), d(w), d(b), 1e-5)),
+        "rms norm": (lambda x, w, b: layernorm(x, w, b, rms=True), (x, w, b), rms_ref),
+        "fused attention": (attention, (q, k, v), torch.softmax(d(q) @ d(k).T / 4, 1) @ d(v)),
+        "x*y+x": (xyx, (e1, e2), d(e1) * d(e2) + d(e1)),
+        "gathered weight dot": (gather_dot, (xg, wg, idx), d(xg) @ d(wg)[idx.long()]),
+    }
+
+
+CASES = _cases()
+
+
+@pytest.mark.parametrize("name", list(CASES))
+def test_bounds_hold_the_reference_and_the_kernels_own_result(name):
+    f, args, ref = CASES[name]
+    iv = fpx.interval(f)(*args)
+    assert _inside(iv, ref), name
+    assert _inside(iv, f(*args)), name                  # the plain interpreted launch
+    assert np.all(np.isfinite(iv.hi - iv.lo))
+    assert isinstance(iv.value, torch.Tensor)
+
+
+def _bugs():
+    g = _gen(1)
+    a, b = torch.randn(37, 29, generator=g).half(), torch.randn(29, 21, generator=g).half()
+    a32, b32 = torch.randn(37, 64, generator=g), torch.randn(64, 45, generator=g)
+    x = torch.randn(8, 20, generator=g)
+    w, bb = torch.randn(20, generator=g), torch.randn(20, generator=g)
+    q, k, v = (torch.randn(n, 16, generator=g).half() for n in (32, 48, 48))
+    d = lambda t: t.double()  # noqa: E731
+    ln = torch.nn.functional.layer_norm(d(x), (20,), d(w), d(bb), 1e-5)
+    return {
+        "stride mix-up": (lambda a, b: matmul(a, b, bug="stride"), (a, b), d(a) @ d(b)),
+        "off-by-one K mask": (lambda a, b: matmul(a, b, bug="kmask"), (a, b), d(a) @ d(b)),
+        "floor trip count": (lambda a, b: matmul(a, b, bug="floor"), (a, b), d(a) @ d(b)),
+        "dropped split-K slice": (lambda a, b: splitk(a, b, drop=True), (a32, b32),
+                                  d(a32) @ d(b32)),
+        "wrong scan axis": (lambda x: cumsum_sum(x, axis=0), (x,), d(x).cumsum(1).sum(1)),
+        "wrong normaliser": (lambda x: softmax(x, bug=True), (x,), torch.softmax(d(x), 1)),
+        "double scale (norm)": (lambda x, w, b: layernorm(x, w, b, bug=True), (x, w, bb), ln),
+        "double scale (attention)": (lambda q, k, v: attention(q, k, v, bug=True), (q, k, v),
+                                     torch.softmax(d(q) @ d(k).T / 4, 1) @ d(v)),
+    }
+
+
+@pytest.mark.parametrize("name", list(_bugs()))
+def test_buggy_kernels_classify_as_bugs(name):
+    f, args, ref = _bugs()[name]
+    v = fpx.classify(f, ref.to(f(*args).dtype), *args)
+    assert v.kind == "bug", (name, v)
+
+
+def test_correct_kernel_classifies_as_roundoff():
+    f, args, ref = CASES["matmul fp16"]
+    v = fpx.classify(f, ref.half(), *args)
+    assert v.kind == "roundoff", v
+
+
+def test_stochastic_samples_and_trace():
+    f, args, ref = CASES["layer norm"]
+    s = fpx.stochastic(f, "sr", samples=8, seed=0)(*args)
+    assert tuple(s.shape) == (8, 8, 20)
+    assert len({tuple(t.flatten().tolist()) for t in s}) > 1      # the samples differ
+    assert np.allclose(s.double().numpy(), ref.numpy()[None], atol=1e-3)
+    rec = fpx.trace(f)(*args)
+    assert {"reduce_sum", "sqrt", "div", "mul", "add"} <= set(rec.primitives)
+    assert torch.equal(rec.outputs, f(*args))
+
+
+def test_two_launches_and_torch_code_between_them():
+    def two(x, y):
+        t = xyx(x, y)
+        t = t * 0.5                                # a torch op on the kernel's output
+        return xyx(t, y)
+    g = _gen(2)
+    x, y = torch.randn(100, generator=g), torch.randn(100, generator=g)
+    ref = (x.double() * y.double() + x.double()) * 0.5
+    ref = ref * y.double() + ref
+    iv = fpx.interval(two)(x, y)
+    assert _inside(iv, ref) and _inside(iv, two(x, y))
+
+
+@triton.jit
+def _pid_branch_kernel(x_ptr, o_ptr, BLOCK: tl.constexpr):
+    pid = tl.program_id(0)
+    offs = pid * BLOCK + tl.arange(0, BLOCK)
+    x = tl.load(x_ptr + offs)
+    if pid == 0:                                   # program-dependent Python control flow
+        x = x * 2.0
+    for _ in range(pid):
+        x = x + 1.0
+    tl.store(o_ptr + offs, x)
+
+
+def test_program_dependent_control_flow_runs_program_by_program():
+    def f(x):
+        o = torch.empty_like(x)
+        _pid_branch_kernel[(4,)](x, o, BLOCK=8)
+        return o
+    x = torch.randn(32, generator=_gen(3))
+    ref = x.double().clone()
+    ref[:8] *= 2
+    for p in range(4):
+        ref[8 * p:8 * p + 8] += p
+    iv = fpx.interval(f)(x)
+    assert _inside(iv, ref) and _inside(iv, f(x))
+
+
+@triton.jit
+def _atomic_old_kernel(o_ptr, x_ptr):
+    old = tl.atomic_add(o_ptr, tl.load(x_ptr + tl.program_id(0)))
+    tl.store(x_ptr + tl.program_id(0), old)
+
+
+@triton.jit
+def _frem_kernel(x_ptr, o_ptr):
+    x = tl.load(x_ptr + tl.arange(0, 4))
+    tl.store(o_ptr + tl.arange(0, 4), x % 0.75)
+
+
+def test_order_dependent_atomic_results_and_unknown_ops_raise_naming_them():
+    def f(x):
+        o = torch.zeros(1)
+        _atomic_old_kernel[(4,)](o, x)
+        return o, x
+    with pytest.raises(fpx.UnsupportedOpError, match="atomic_add"):
+        fpx.interval(f)(torch.randn(4))
+
+    def g(x):
+        o = torch.empty(4)
+        _frem_kernel[(1,)](x, o)
+        return o
+    with pytest.raises(fpx.UnsupportedOpError, match="create_frem"):
+        fpx.interval(g)(torch.randn(4))
+
+
+def test_the_interpreter_is_restored_and_plain_launches_are_untouched():
+    from triton.runtime import interpreter as I
+    before = (I.interpreter_semantic.builder, I.ReduceOps, I.ScanOps, I._patch_lang_tensor,
+              I.InterpretedFunction.run)
+    x, y = torch.randn(100), torch.randn(100)
+    plain = xyx(x, y)
+    with pytest.raises(fpx.UnsupportedOpError):
+        fpx.interval(lambda x: _atomic_old_kernel_launch(x))(torch.randn(4))
+    fpx.interval(xyx)(x, y)
+    after = (I.interpreter_semantic.builder, I.ReduceOps, I.ScanOps, I._patch_lang_tensor,
+             I.InterpretedFunction.run)
+    assert before == after
+    assert torch.equal(xyx(x, y), plain)
+
+
+def _atomic_old_kernel_launch(x):
+    o = torch.zeros(1)
+    _atomic_old_kernel[(4,)](o, x)
+    return x
+
+
+def test_threads_each_get_their_own_semantics():
+    import threading
+    x, y = torch.randn(100), torch.randn(100)
+    plain = xyx(x, y)
+    out, errs = {}, []
+
+    def bounded():
+        try:
+            out["iv"] = fpx.interval(xyx)(x, y)
+        except Exception as e:      # pragma: no cover - reported below
+            errs.append(e)
+
+    def stock():
+        try:
+            out["plain"] = [xyx(x, y) for _ in range(3)]
+        except Exception as e:      # pragma: no cover
+            errs.append(e)
+    ts = [threading.Thread(target=bounded), threading.Thread(target=stock)]
+    for t in ts:
+        t.start()
+    for t in ts:
+        t.join()
+    assert not errs, errs
+    assert all(torch.equal(p, plain) for p in out["plain"])
+    assert _inside(out["iv"], x.double() * y.double() + x.double())
