@@ -160,13 +160,111 @@ def _softmax_bounds_np(lo, hi, ax, n, r_s, a_s, k, r_e, a_e, r_d, a_d, dlow, dhi
 
 @rule("scaled_dot_product_attention")
 def _sdpa(self, prim, q, k, v, mask=None, *, is_causal, scale):
-    """Attention as its decomposition, but where the scores' bounds are finite no execution
-    has a row of -inf scores: PyTorch's safe-softmax masking (a comparison, a reduction and
-    two selections over the whole score block) is then the identity and is skipped."""
+    """Attention, softmax(s) @ v, with two couplings its decomposition loses.
+
+    * A masked score (boolean or causal mask, an additive -inf) is -inf in every execution:
+      its weight is exactly 0. It takes no part in the softmax bound (a finite stand-in whose
+      exp is 0 in every bound, then weight [0, 0]), instead of a -inf that sends the softmax
+      rule to its decomposition, whose divisor then reaches 0 on wide boxes (±inf).
+    * Each output row is a weighted average of v's rows over the keys taken: the weights are
+      >= 0 and any execution's sum to 1 within g, its p @ v sum errs by at most c·Σ p_j|v_j|
+      (:func:`_weight_sum_error`), so the output lies in [min_j v_j - eM, max_j v_j + eM]
+      (e = g + c(1 + g), M = max_j |v_j|, j over the keys taken), rounded to the output
+      format -- intersected with the bound of p @ v.
+
+    Rows with every key masked are 0 (PyTorch's safe softmax). Where every score is finite,
+    the safe-softmax masking (a comparison, a reduction and two selections over the whole
+    score block) is the identity and is skipped."""
     s = _nn._sdpa_scores(q, k, mask, is_causal, scale)
-    safe = not (self._own(s) and isinstance(s.lo, np.ndarray)
-                and isinstance(s.hi, np.ndarray) and all_finite(s.lo) and all_finite(s.hi))
-    return _nn._sdpa_finish(s, v, safe=safe)
+    if not (self._own(s) and isinstance(s.lo, np.ndarray) and isinstance(s.hi, np.ndarray)):
+        return _nn._sdpa_finish(s, v)
+    excl = np.isneginf(s.hi)              # -inf in every execution: an exact exclusion
+    taken = ~excl
+    if not excl.any():
+        finite = all_finite(s.lo) and all_finite(s.hi)
+        out = _nn._sdpa_finish(s, v, safe=not finite)
+        return _v_hull(self, out, v, None, s.lo) if finite else out
+    if not (all_finite(s.lo[taken]) and all_finite(s.hi[taken])):
+        return _nn._sdpa_finish(s, v)
+    ax = s.lo.ndim - 1
+    dead = np.all(excl, axis=ax, keepdims=True)
+    a = max(float(np.max(np.abs(s.lo[taken]), initial=0.0)),
+            float(np.max(np.abs(s.hi[taken]), initial=0.0)))
+    stand_in = -(4.0 * a + 1e4)     # exp(stand_in - max) is 0 in float64, whatever widening
+    sv = np.asarray(concrete(s.primal))
+    zero = np.zeros((), sv.dtype)
+    sv = np.where(dead, zero, sv)       # (a dead row's stand-in weights are replaced by 0)
+    stand = self.new(sv, np.where(excl, stand_in, s.lo), np.where(excl, stand_in, s.hi),
+                     s.unstable)
+    sm = _nn._softmax.bind(stand, axis=ax)
+    plo, phi, pu, _ = self.bounds(sm)
+    # the program's weights: softmax of the scores with their -inf, dead rows 0
+    pv = np.where(dead, zero, np.asarray(concrete(sm.primal)))
+    p = self.new(pv, np.where(excl | dead, 0.0, plo), np.where(excl | dead, 0.0, phi), pu)
+    out = _nn._mm(p, v)
+    if dead.any():                  # exactly 0, as the safe softmax's output
+        out = _nn.fnp.where(dead, _nn._c(0, out), out)
+    return _v_hull(self, out, v, taken, s.lo)
+
+
+def _weight_sum_error(self, dt, n):
+    """(g, c): any execution's n attention weights p_j sum to 1 within g, and its p @ v sum
+    errs by at most c·Σ p_j |v_j|. The weights are e_j / S with S = fl(Σ e_j) (any order,
+    rescaled blockwise as in flash attention: the same factors for sum and numerators), each
+    e_j possibly rounded to the program's format first (torch's half CPU kernel multiplies v
+    by half-rounded exps): Σ p_j = Σ e_j(1+δ_j) / (Σ e_j (1+θ)), |δ_j| <= 2u (storage,
+    division), |θ| <= γ_(2n+16) of the sum's accumulation (the policy's ``reduce_sum``, as the
+    softmax rule), plus an underflow term n·(smallest subnormal) per unit of S >= 1 (the
+    largest e_j is exp(0)); c = γ_(n+2) of the policy's ``matmul`` accumulation."""
+    F = self.fmt(dt)
+
+    def unit(op):
+        A = self.resolve(op, dt).accumulate
+        return max(self.accuracy(o, A).ulps for o in ("div", "mul", "add")) * 2.0 ** (1 - A.p)
+    g = 2 * 2.0 ** -F.p + self.gamma(2 * n + 16, unit("reduce_sum")) + n * F.smallest_subnormal
+    return g, self.gamma(n + 2, unit("matmul"))
+
+
+def _v_hull(self, out, v, taken, slo):
+    """``out`` (p @ v) intersected with the hull of v's rows over the keys taken (``taken``:
+    (..., L, S) bool, None for all) widened by the weights' sum error: see :func:`_sdpa`."""
+    if not self._own(out):
+        return out
+    vlo, vhi, _, _ = self.bounds(v)
+    olo, ohi, ou, _ = self.bounds(out)
+    vlo, vhi = np.asarray(vlo, np.float64), np.asarray(vhi, np.float64)
+    if not (all_finite(vlo) and all_finite(vhi)) or vlo.ndim < 2 or not isinstance(
+            olo, np.ndarray) or is_cupy(olo):
+        return out
+    dt = np.asarray(concrete(out.primal)).dtype
+    n = vlo.shape[-2]
+    if taken is None:
+        mn = np.min(vlo, axis=-2, keepdims=True)
+        mx = np.max(vhi, axis=-2, keepdims=True)
+    else:
+        t = np.broadcast_to(taken, np.broadcast_shapes(taken.shape, slo.shape))
+        mn = np.full(olo.shape, np.inf)
+        mx = np.full(olo.shape, -np.inf)
+        step = max(1, int(2 ** 22 // max(1, n * vlo.shape[-1] * int(np.prod(t.shape[:-2])))))
+        for i in range(0, t.shape[-2], step):   # (..., rows, S, Ev) at most ~4M elements
+            ti = t[..., i:i + step, :, None]
+            mn[..., i:i + step, :] = np.min(np.where(ti, vlo[..., None, :, :], np.inf), axis=-2)
+            mx[..., i:i + step, :] = np.max(np.where(ti, vhi[..., None, :, :], -np.inf), axis=-2)
+    with np.errstate(invalid="ignore"):
+        g, c = _weight_sum_error(self, dt, n)
+        m = np.maximum(np.abs(mn), np.abs(mx))
+        Fo = self.fmt(dt)
+        uo = 2.0 ** (1 - Fo.p)       # a rounding to the output format (any direction)
+        # Σ p_j v_j <= max(v)·Σ p_j <= max(v) + g·M, and the sum's error <= c·(1 + g)·M
+        e = (g + c * (1 + g)) * (1 + 4 * E64) * m
+        hlo = mn - e
+        hhi = mx + e
+        hlo = hlo - uo * np.abs(hlo) - Fo.smallest_subnormal
+        hhi = hhi + uo * np.abs(hhi) + Fo.smallest_subnormal
+        live = np.isfinite(hlo) & np.isfinite(hhi)      # a row with a key taken
+        lo = np.where(live, np.fmax(olo, hlo), olo)
+        hi = np.where(live, np.fmin(ohi, hhi), ohi)
+    return self.new(out.primal, lo, hi, ou)
 
 
 def _broadcasts_to(shape, target):
