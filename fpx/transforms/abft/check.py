@@ -1,0 +1,153 @@
+"""Checksums, verification, location and correction of one GEMM ``C = A @ B`` (batched: A
+(G|1, M, K), B (G|1, K, N), C (G, M, N), all in the accumulator's dtype).
+
+Row check, with weights r1 = 1 and r2 = (1, ..., N):
+
+    chk = A (B [r1 r2])      (the checksum path: O(MK + KN))
+    obs = C [r1 r2]          (the observed path: O(MN))
+    D = obs - chk            (sign convention: observed minus expected, so D1 ~ +delta)
+
+A row is *detected* when |D1| exceeds its threshold, or when C's row is not finite while its
+checksum is. The faulty column is located by j = D2/D1 - 1 (0-based; a non-finite row: its one
+non-finite element). Correction under the single-error model recomputes that one element (a
+K-term dot product; C_ij - D1 would lose it when the fault is large, as the row sum absorbs the
+rest) and re-verifies the row. Where D2 overflows (a fault near the format's largest value),
+the row's one non-finite element, else its largest one, is the suspect -- the re-verification
+decides; where the location does not hold (two faults in a row), the
+row is recomputed. The column check is the row check of C^T = B^T A^T.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from fpx.transforms.abft.gemm import mm
+from fpx.transforms.abft.thresholds import Info
+
+__all__ = ["check"]
+
+
+class _Stats:
+    __slots__ = ("threshold", "residual", "ratio", "detected", "corrected", "recomputed",
+                 "uncorrected", "unverified", "locations", "sum_t", "sum_e")
+
+    def __init__(self):
+        self.threshold = self.residual = self.ratio = self.sum_t = self.sum_e = 0.0
+        self.detected = self.corrected = self.recomputed = self.uncorrected = 0
+        self.unverified = 0
+        self.locations = []
+
+
+def _weights(N, dt):
+    W = np.empty((N, 2), dt)
+    W[:, 0] = 1
+    W[:, 1] = np.arange(1, N + 1)
+    return W
+
+
+def _round_out(x, out):
+    """Values as the output format stores them (offline), kept in the accumulator's dtype."""
+    return x if out is None else np.asarray(x).astype(out).astype(x.dtype)
+
+
+def _rows(A, B, C, **kw):
+    """One pass of row checks over C (A (Ga, M, K), B (Gb, K, N)); updates ``kw["st"]``.
+    Overflow and NaN are results here (reported), not warnings."""
+    with np.errstate(all="ignore"):
+        _rows_checked(A, B, C, **kw)
+
+
+def _rows_checked(A, B, C, *, tfun, info, correct, out, st, transpose):
+    G, M, N = C.shape
+    K = A.shape[-1]
+    exact = C.dtype.kind in "iu"
+    W = _weights(N, C.dtype)
+    S = mm(B, W)                                            # (Gb, K, 2)
+    X = np.concatenate([S, np.ones(S.shape[:-1] + (1,), C.dtype)], axis=-1)
+    with np.errstate(all="ignore"):
+        Y = mm(A, X)                                        # (G|Ga, M, 3)
+        chk, a_sum = Y[..., :2], Y[..., 2]
+        obs = mm(C, W)                                      # (G, M, 2)
+        if exact:
+            D = (obs - np.broadcast_to(chk, obs.shape)).astype(np.float64)
+            T = np.zeros((G, M))
+        else:
+            D = obs.astype(np.float64) - chk.astype(np.float64)
+            info.K, info.N = K, N
+            info.b_sum, info.a_sum = S[..., 0].astype(np.float64), a_sum.astype(np.float64)
+            info.C = C
+            T = np.broadcast_to(np.asarray(tfun(A, B, info), np.float64), (G, M))
+        ok = np.isfinite(np.broadcast_to(chk, obs.shape)).all(-1)
+        fin = np.isfinite(obs).all(-1)
+        E = np.abs(D[..., 0])
+        bad = ok & (~fin | (E > T))
+    st.unverified += int(M * G - ok.sum())
+    good = ok & fin
+    if good.any():
+        st.residual = max(st.residual, float(E[good].max()))
+        with np.errstate(all="ignore"):
+            r = np.where(T[good] > 0, E[good] / T[good], np.where(E[good] > 0, np.inf, 0.0))
+        st.ratio = max(st.ratio, float(r.max()))
+        st.sum_t += float(T[good].sum())
+        st.sum_e += float(E[good].sum())
+    if ok.any():
+        st.threshold = max(st.threshold, float(np.nanmax(np.where(ok, T, 0.0))))
+    if not bad.any():
+        return
+    chk0 = np.broadcast_to(chk[..., 0], (G, M))
+    Ab = np.broadcast_to(A, (G,) + A.shape[1:])
+    Bb = np.broadcast_to(B, (G,) + B.shape[1:])
+    for g, i in zip(*np.nonzero(bad)):
+        st.detected += 1
+        row = C[g, i]
+        with np.errstate(all="ignore"):
+            q = D[g, i, 1] / D[g, i, 0] - 1.0
+        if np.isfinite(q) and 0 <= np.rint(q) < N:
+            j = int(np.rint(q))
+        else:                    # a weighted sum overflowed, or a non-finite result: the
+            nf = np.flatnonzero(~np.isfinite(row))         # one non-finite element, else
+            j = int(nf[0]) if nf.size == 1 else None if nf.size else \
+                int(np.argmax(np.abs(row)))                # the outlier (re-verified below)
+        if j is not None:
+            st.locations.append((int(g), int(j), int(i)) if transpose else (int(g), int(i), j))
+        if not correct:
+            continue
+
+        def passes():
+            s = row.sum(dtype=row.dtype) if not exact else row.sum()
+            with np.errstate(all="ignore"):
+                e = abs(float(s) - float(chk0[g, i])) if not exact else abs(int(s) - int(chk0[g, i]))
+            return np.isfinite(s) and e <= T[g, i]
+
+        if j is not None:
+            row[j] = _round_out(np.dot(Ab[g, i], Bb[g, :, j]), out)
+            if passes():
+                st.corrected += 1
+                continue
+        row[:] = _round_out(np.matmul(Ab[g, i], Bb[g]), out)
+        if passes():
+            st.recomputed += 1
+        else:
+            st.uncorrected += 1
+
+
+def check(A, B, C, *, tfun, info: Info, checksums, correct, out):
+    """Verify (and correct in place) C = A @ B; ``out``: the output dtype whose values C holds
+    (offline verification of a rounded output), else None. Returns (stats, checks run)."""
+    st = _Stats()
+    G, M, N = C.shape
+    if C.size == 0 or A.shape[-1] == 0:           # nothing to check, or an exact zero sum
+        return st, ()
+    if correct and not C.flags.writeable:
+        raise ValueError("fpx.abft: internal: the GEMM result is read-only")
+    done = []
+    if checksums == "auto":                       # rows; columns where rows cannot check
+        checksums = "row" if N >= 2 else "column"
+    if checksums in ("row", "both") and N >= 2:
+        _rows(A, B, C, tfun=tfun, info=info, correct=correct, out=out, st=st, transpose=False)
+        done.append("row")
+    if checksums in ("column", "both") and M >= 2:
+        At, Bt, Ct = (np.swapaxes(x, -1, -2) for x in (B, A, C))
+        _rows(At, Bt, Ct, tfun=tfun, info=info, correct=correct, out=out, st=st,
+              transpose=True)
+        done.append("column")
+    return st, tuple(done)

@@ -1,0 +1,436 @@
+"""fpx.abft: checksummed GEMMs -- false positives, detection, location and correction,
+thresholds (V-ABFT, A-ABFT, rigorous), mixed precision online/offline, programs, edge inputs."""
+import math
+
+import ml_dtypes
+import numpy as np
+import pytest
+
+import fpx
+import fpx.nn as nn
+from fpx.faults import BitFlip
+from fpx.transforms.abft import DEFAULT_EMAX, AAbft, abft, aabft_sigma, calibrate
+from fpx.transforms.inject import inject
+
+BF16 = ml_dtypes.bfloat16
+
+
+def mm(a, b):
+    return a @ b
+
+
+def dist(name, rng, shape):
+    """The V-ABFT paper's input distributions."""
+    if name == "n0":
+        return rng.normal(1e-6, 1.0, shape)
+    if name == "n1":
+        return rng.normal(1.0, 1.0, shape)
+    if name == "u":
+        return rng.uniform(-1.0, 1.0, shape)
+    x = rng.normal(0.0, 1.0, shape)            # N(0, 1) truncated to [-1, 1]
+    while True:
+        bad = np.abs(x) > 1
+        if not bad.any():
+            return x
+        x[bad] = rng.normal(0.0, 1.0, int(bad.sum()))
+
+
+CONFIGS = [("float64", "online"), ("float32", "online"), ("bfloat16", "online"),
+           ("bfloat16", "offline"), ("float16", "offline"), ("float8_e4m3fn", "offline")]
+
+
+# ---------------------------------------------------------------------------------------------
+# clean runs
+# ---------------------------------------------------------------------------------------------
+@pytest.mark.parametrize("dtype,verify", CONFIGS)
+def test_zero_false_positives_over_ten_thousand_clean_trials(dtype, verify):
+    """10^4 clean GEMMs (16, 64, 16) per format, 2500 from each of the paper's distributions,
+    batched into one call per distribution: no row over its V-ABFT threshold."""
+    for k, d in enumerate(("n0", "n1", "u", "tn")):
+        rng = np.random.default_rng(100 + k)
+        A = dist(d, rng, (2500, 16, 64)).astype(dtype)
+        B = dist(d, rng, (2500, 64, 16)).astype(dtype)
+        _, rep = abft(mm, report=True, verify=verify, correct=False)(A, B)
+        g = rep.gemms[0]
+        assert g.detected == 0 and g.unverified == 0, (d, g)
+        assert 0 < g.ratio < 1
+
+
+def test_clean_float_gemm_is_the_plain_blas_result():
+    rng = np.random.default_rng(0)
+    for dt in (np.float32, np.float64):
+        A, B = rng.standard_normal((50, 70)).astype(dt), rng.standard_normal((70, 30)).astype(dt)
+        out, rep = abft(mm, report=True)(A, B)
+        assert out.dtype == dt and np.array_equal(out, A @ B)
+        g = rep.gemms[0]
+        assert (g.op, g.a_shape, g.b_shape, g.out_shape, g.checks) == \
+            ("matmul", (50, 70), (70, 30), (50, 30), ("row",))
+        assert g.detected == g.corrected == 0 and g.residual > 0 and g.threshold > g.residual
+
+
+# ---------------------------------------------------------------------------------------------
+# detection, location, correction
+# ---------------------------------------------------------------------------------------------
+def _one_flip_per_trial(rng, values, bit, direction):
+    """(t, i, j) in each trial t of an element whose ``bit`` is 0 ("set") / 1 ("clear")."""
+    u = np.dtype(f"u{values.dtype.itemsize}")
+    state = (values.view(u) >> bit) & 1
+    sites = []
+    for t in range(values.shape[0]):
+        ok = np.argwhere(state[t] == (0 if direction == "set" else 1))
+        if len(ok):
+            i, j = ok[rng.integers(len(ok))]
+            sites.append((t, int(i), int(j)))
+    return sites
+
+
+@pytest.mark.parametrize("bit", [11, 12, 13, 14])
+def test_bf16_exponent_bits_11_to_14_always_detected(bit):
+    """The paper's Table 8 setting, (M, K, N) = (128, 1024, 256), bf16 inputs, one flip per
+    trial, 8 trials per distribution and direction. Online (the float32 accumulator, where
+    bf16's bit b is float32's bit b + 16): every flip, setting or clearing the bit, is
+    detected, located and corrected. Offline (the bf16 output): every flip that sets it (the
+    element grows by 2^(2^(b-7))); a flip that clears it shrinks the element to ~0, which the
+    check sees only where the element exceeds the threshold."""
+    for k, d in enumerate(("n0", "n1", "u", "tn")):
+        rng = np.random.default_rng(10 * bit + k)
+        A = dist(d, rng, (8, 128, 1024)).astype(BF16)
+        B = dist(d, rng, (8, 1024, 256)).astype(BF16)
+        acc = A.astype(np.float32) @ B.astype(np.float32)
+        clean = acc.astype(BF16)
+        runs = [("online", "accumulator", bit + 16, acc, "set"),
+                ("online", "accumulator", bit + 16, acc, "clear"),
+                ("offline", "output", bit, clean, "set")]
+        for verify, where, b, values, direction in runs:
+            sites = _one_flip_per_trial(rng, values, b, direction)
+            if not sites:                  # N(1, 1): every output has bit 14 set
+                continue
+            faults = [BitFlip(b, where=where, index=s) for s in sites]
+            out, rep = inject(abft(mm, report=True, verify=verify), faults)(A, B)
+            g = rep.gemms[0]
+            n = len(sites)
+            assert g.detected == n and g.corrected + g.recomputed == n, (d, verify, g)
+            if not g.recomputed:
+                assert g.locations == sites, (d, verify, g)
+            assert np.array_equal(out.astype(BF16).view(np.uint16), clean.view(np.uint16))
+
+
+def test_set_direction_picks_elements_whose_bit_is_zero():
+    rng = np.random.default_rng(5)
+    A = rng.uniform(-1, 1, (8, 64, 128)).astype(BF16)
+    B = rng.uniform(-1, 1, (8, 128, 32)).astype(BF16)
+    for bit in (11, 12, 13, 14):
+        faults = [BitFlip(bit, where="output", direction="set", seed=s) for s in range(8)]
+        (out, rep), log = inject(abft(mm, report=True, verify="offline"), faults,
+                                 report=True)(A, B)
+        assert len(log) == 8 and all(abs(x.after) > abs(x.before) * 2 ** 15 or
+                                     not math.isfinite(x.after) for x in log)
+        assert rep.gemms[0].detected >= len({x.index[:2] for x in log})
+        assert rep.gemms[0].uncorrected == 0
+
+
+def test_single_flip_is_located_and_corrected():
+    rng = np.random.default_rng(1)
+    A, B = rng.uniform(-1, 1, (40, 96)).astype(np.float32), \
+        rng.uniform(-1, 1, (96, 24)).astype(np.float32)
+    clean = A @ B
+    for (i, j), bit in [((3, 7), 30), ((39, 0), 27), ((0, 23), 25), ((17, 11), 31)]:
+        (out, rep), log = inject(abft(mm, report=True),
+                                 BitFlip(bit, where="output", index=(i, j)), report=True)(A, B)
+        g = rep.gemms[0]
+        assert log[0].index == (i, j)
+        assert g.locations == [(i, j)] and g.detected == 1 and g.corrected == 1, g
+        assert np.array_equal(np.delete(out.ravel(), i * 24 + j),
+                              np.delete(clean.ravel(), i * 24 + j))
+        assert out[i, j] == pytest.approx(clean[i, j], rel=1e-5, abs=1e-6)
+
+
+def test_two_flips_in_a_row_recompute_the_row_and_a_weight_flip_corrects_a_column():
+    rng = np.random.default_rng(2)
+    A, B = rng.uniform(-1, 1, (32, 64)).astype(np.float32), \
+        rng.uniform(-1, 1, (64, 16)).astype(np.float32)
+    clean = A @ B
+    two = [BitFlip(30, where="output", index=(5, 2)), BitFlip(29, where="output", index=(5, 9))]
+    out, rep = inject(abft(mm, report=True), two)(A, B)
+    g = rep.gemms[0]
+    assert g.detected == 1 and g.recomputed == 1 and g.uncorrected == 0
+    np.testing.assert_allclose(out, clean, rtol=1e-5, atol=1e-6)
+    out, rep = inject(abft(mm, report=True), BitFlip(29, where="weight", index=(10, 4)))(A, B)
+    g = rep.gemms[0]
+    assert g.detected == 32 and g.corrected == 32 and {loc[1] for loc in g.locations} == {4}
+    np.testing.assert_allclose(out, clean, rtol=1e-5, atol=1e-6)
+
+
+def test_correct_false_detects_and_locates_without_changing_the_output():
+    rng = np.random.default_rng(3)
+    A, B = rng.standard_normal((16, 32)), rng.standard_normal((32, 8))
+    out, rep = inject(abft(mm, report=True, correct=False),
+                      BitFlip(60, where="output", index=(4, 6)))(A, B)
+    g = rep.gemms[0]
+    assert g.detected == 1 and g.corrected == 0 and g.locations == [(4, 6)]
+    assert out[4, 6] != (A @ B)[4, 6]
+
+
+def test_column_checks_protect_matrix_vector_products():
+    rng = np.random.default_rng(4)
+    A, x = rng.standard_normal((64, 32)).astype(np.float32), rng.standard_normal(32).astype(
+        np.float32)
+    out, rep = inject(abft(mm, report=True), BitFlip(30, where="output", index=13))(A, x)
+    g = rep.gemms[0]
+    assert g.checks == ("column",) and g.detected == 1 and g.corrected == 1
+    np.testing.assert_allclose(out, A @ x, rtol=1e-5, atol=1e-6)
+    out, rep = abft(mm, report=True, checksums="both")(A, A.T)
+    assert rep.gemms[0].checks == ("row", "column") and rep.gemms[0].detected == 0
+
+
+# ---------------------------------------------------------------------------------------------
+# thresholds
+# ---------------------------------------------------------------------------------------------
+def test_aabft_reproduces_the_papers_512_fp64_threshold():
+    assert 3 * aabft_sigma(512, 53, 21) == pytest.approx(1.66e-11, rel=0.01)
+    rng = np.random.default_rng(0)
+    A, B = rng.uniform(-1, 1, (512, 512)), rng.uniform(-1, 1, (512, 512))
+    _, rep = abft(mm, threshold=AAbft(y=21), report=True)(A, B)
+    assert rep.gemms[0].threshold == pytest.approx(1.6565e-11, rel=1e-3)
+    assert rep.gemms[0].detected == 0
+
+
+def _tightness(threshold, n, trials, seed=0):
+    rng = np.random.default_rng(seed)
+    A = rng.uniform(-1, 1, (trials, n, n)).astype(np.float32)
+    B = rng.uniform(-1, 1, (trials, n, n)).astype(np.float32)
+    _, rep = abft(mm, threshold=threshold, report=True)(A, B)
+    return rep.gemms[0].tightness
+
+
+def test_vabft_tightness_is_in_the_papers_range_for_fp32_uniform():
+    """Table 5: V-ABFT 7-20x the actual verification difference for FP32 U(-1, 1); A-ABFT
+    (computed y) hundreds of times."""
+    v = _tightness("v-abft", 256, 8)
+    a = _tightness("a-abft", 256, 8)
+    assert 5 <= v <= 25, v
+    assert a > 5 * v
+
+
+def test_rigorous_threshold_is_the_interval_bound_of_both_paths():
+    rng = np.random.default_rng(7)
+    A, B = rng.uniform(-1, 1, (8, 64)).astype(np.float32), \
+        rng.uniform(-1, 1, (64, 16)).astype(np.float32)
+    i1 = fpx.interval(lambda a, b: (a @ b).sum(-1))(A, B)
+    i2 = fpx.interval(lambda a, b: a @ b.sum(-1))(A, B)
+    width = np.maximum(i1.hi - i2.lo, i2.hi - i1.lo).max()
+    _, rep = abft(mm, threshold="rigorous", report=True)(A, B)
+    g = rep.gemms[0]
+    assert g.residual <= g.threshold
+    assert width <= g.threshold <= 2 * width
+
+
+def _adversarial(rng, T, M, K, N):
+    """Wide exponent ranges (2^-40 .. 2^40 per element) and heavy cancellation (pairs of
+    columns of A equal, the matching rows of B opposite up to 2^-20)."""
+    e = rng.integers(-40, 40, (T, M, K))
+    A = rng.choice([-1.0, 1.0], (T, M, K)) * rng.uniform(1, 2, (T, M, K)) * 2.0 ** e
+    A[:, :, 1::2] = A[:, :, ::2]
+    B = rng.uniform(-1, 1, (T, K, N)) * 2.0 ** rng.integers(-20, 20, (T, K, 1))
+    B[:, 1::2, :] = -B[:, ::2, :] * (1 + 2.0 ** -20)
+    return A, B
+
+
+@pytest.mark.parametrize("dtype,verify", [("float32", "online"), ("float64", "online"),
+                                          ("bfloat16", "online"), ("bfloat16", "offline")])
+def test_rigorous_never_false_alarms_on_adversarial_inputs(dtype, verify):
+    rng = np.random.default_rng(11)
+    A, B = _adversarial(rng, 2000, 8, 64, 16)
+    A, B = A.astype(dtype), B.astype(dtype)
+    _, rep = abft(mm, threshold="rigorous", verify=verify, report=True, correct=False)(A, B)
+    g = rep.gemms[0]
+    assert g.detected == 0 and g.unverified == 0 and g.ratio <= 1
+
+
+def test_user_threshold_callable_and_e_max_forms():
+    rng = np.random.default_rng(0)
+    A, B = rng.standard_normal((20, 30)), rng.standard_normal((30, 10))
+    seen = {}
+
+    def zero(a, b, info):
+        seen.update(K=info.K, N=info.N, fmt=info.fmt.name)
+        return 0.0
+    _, rep = abft(mm, threshold=zero, report=True, correct=False)(A, B)
+    assert seen == {"K": 30, "N": 10, "fmt": "float64"} and rep.gemms[0].detected > 0
+    for e in (1e-15, "h100", "artifact", {"float64": 1e-15}, lambda K, N: 1e-15):
+        _, rep = abft(mm, e_max=e, report=True)(A, B)
+        assert rep.gemms[0].detected == 0
+    with pytest.raises(ValueError, match="preset"):
+        abft(mm, e_max="tpu")(A, B)
+    with pytest.raises(ValueError, match="threshold"):
+        abft(mm, threshold="tight")
+    with pytest.raises(ValueError, match="verify"):
+        abft(mm, verify="later")
+
+
+def test_calibrate_follows_the_papers_protocol():
+    c = calibrate("float32", sizes=(32, (16, 64, 8)), trials=50)
+    assert set(c.per_size) == {(32, 32, 32), (16, 64, 8)}
+    assert c.e_max == pytest.approx(1.2 * max(c.per_size.values()))
+    assert 2 ** -24 / 4 < c.e_max < DEFAULT_EMAX["float32"](64, 64)
+    rng = np.random.default_rng(0)
+    A, B = rng.standard_normal((32, 32)).astype(np.float32), \
+        rng.standard_normal((32, 32)).astype(np.float32)
+    _, rep = abft(mm, e_max=c, report=True)(A, B)
+    assert rep.gemms[0].detected == 0
+    assert set(abft.presets) >= {"cpu", "paper-cpu", "h100", "ascend-910b", "artifact"}
+
+
+# ---------------------------------------------------------------------------------------------
+# mixed precision: online vs offline
+# ---------------------------------------------------------------------------------------------
+@pytest.mark.parametrize("dtype", ["bfloat16", "float16", "float8_e4m3fn"])
+def test_online_detects_about_a_thousand_times_finer_than_offline(dtype):
+    rng = np.random.default_rng(0)
+    A = rng.uniform(-1, 1, (64, 256)).astype(dtype)
+    B = rng.uniform(-1, 1, (256, 64)).astype(dtype)
+    on, r_on = abft(mm, report=True)(A, B)
+    off, r_off = abft(mm, report=True, verify="offline")(A, B)
+    g_on, g_off = r_on.gemms[0], r_off.gemms[0]
+    assert g_on.acc == "float32" and g_on.output == ("float16" if dtype.startswith("float8")
+                                                    else dtype)
+    assert g_off.threshold / g_on.threshold > 500
+    assert np.array_equal(on, off)             # same model, same output when clean
+    # a flip of float32 accumulator bit 12 (a ~2^-11 relative change): online sees it,
+    # offline cannot (the bf16/fp16 output rounds it away or hides it under its threshold)
+    (_, r_on), _ = inject(abft(mm, report=True), BitFlip(13, where="accumulator",
+                                                          index=(3, 4)), report=True)(A, B)
+    (_, r_off), _ = inject(abft(mm, report=True, verify="offline"),
+                           BitFlip(13, where="accumulator", index=(3, 4)), report=True)(A, B)
+    assert r_on.gemms[0].detected == 1 and r_off.gemms[0].detected == 0
+
+
+def test_mixed_precision_emulation_is_float32_accumulation_rounded_once():
+    rng = np.random.default_rng(1)
+    A = rng.standard_normal((33, 70)).astype(BF16)
+    B = rng.standard_normal((70, 20)).astype(BF16)
+    out = abft(lambda a, b: nn.linear(a, b.T))(A, B)
+    ref = (A.astype(np.float32) @ B.astype(np.float32)).astype(BF16)
+    assert out.dtype == BF16 and np.array_equal(out.view(np.uint16), ref.view(np.uint16))
+
+
+# ---------------------------------------------------------------------------------------------
+# programs
+# ---------------------------------------------------------------------------------------------
+def _mlp(x, w1, b1, w2, b2):
+    return nn.linear(nn.relu(nn.linear(x, w1, b1)), w2, b2)
+
+
+def test_numpy_mlp_clean_and_with_a_fault_in_its_second_layer():
+    rng = np.random.default_rng(0)
+    ps = [rng.standard_normal(s).astype(np.float32) * 0.3 for s in
+          ((64, 32), (64,), (10, 64), (10,))]
+    x = rng.standard_normal((128, 32)).astype(np.float32)
+    ref = _mlp(x, *ps)
+    out, rep = abft(_mlp, report=True)(x, *ps)
+    np.testing.assert_array_equal(out, ref)
+    assert [g.op for g in rep.gemms] == ["linear", "linear"] and rep.clean
+    (out, rep), log = inject(abft(_mlp, report=True), BitFlip(29, where="output", op=1),
+                             report=True)(x, *ps)
+    assert log[0].op == "linear" and log[0].gemm == 1
+    assert rep.gemms[1].corrected == 1 and rep.gemms[0].detected == 0
+    np.testing.assert_allclose(out, ref, rtol=1e-5, atol=1e-5)
+
+
+def _cnn(x, w1, w2, wf):
+    h = nn.relu(nn.conv(x, w1, None, padding=1))
+    h = nn.max_pool(nn.relu(nn.conv(h, w2, None, stride=2, padding=1)), 2)
+    return nn.linear(h.reshape(h.shape[0], -1), wf)
+
+
+def test_numpy_cnn_convolutions_are_checked_as_gemms():
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal((4, 3, 16, 16)).astype(np.float32)
+    w1 = rng.standard_normal((8, 3, 3, 3)).astype(np.float32) * 0.3
+    w2 = rng.standard_normal((16, 8, 3, 3)).astype(np.float32) * 0.2
+    wf = rng.standard_normal((10, 16 * 4 * 4)).astype(np.float32) * 0.1
+    ref = _cnn(x, w1, w2, wf)
+    out, rep = abft(_cnn, report=True)(x, w1, w2, wf)
+    np.testing.assert_allclose(out, ref, rtol=1e-4, atol=1e-5)
+    assert [g.op for g in rep.gemms] == ["conv", "conv", "linear"] and rep.clean
+    assert rep.gemms[0].a_shape == (8, 27)           # weight (O, C k k) @ im2col cols
+    (out2, rep2), log = inject(abft(_cnn, report=True),
+                               BitFlip(30, where="weight", op="conv", call=1), report=True)(
+        x, w1, w2, wf)
+    assert rep2.gemms[1].detected > 0 and rep2.gemms[1].uncorrected == 0
+    np.testing.assert_allclose(out2, out, rtol=1e-4, atol=1e-5)
+
+
+def test_torch_module_through_the_adapter():
+    torch = pytest.importorskip("torch")
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(32, 64), torch.nn.ReLU(),
+                                torch.nn.Linear(64, 10)).eval()
+    x = torch.randn(16, 32)
+    with torch.no_grad():
+        ref = model(x)
+    out, rep = abft(model, report=True)(x)
+    assert isinstance(out, torch.Tensor)
+    torch.testing.assert_close(out, ref, rtol=1e-5, atol=1e-5)
+    assert [(g.op, g.layer) for g in rep.gemms] == [("linear", "0"), ("linear", "2")]
+    out, rep = inject(abft(model, report=True), fpx.faults.neuron("2", (3, 4), bit=30))(x)
+    assert rep.gemms[1].corrected == 1
+    torch.testing.assert_close(out, ref, rtol=1e-5, atol=1e-5)
+
+
+# ---------------------------------------------------------------------------------------------
+# edge inputs
+# ---------------------------------------------------------------------------------------------
+def test_nan_and_inf_operands_are_reported_never_corrected():
+    rng = np.random.default_rng(0)
+    A, B = rng.standard_normal((6, 8)), rng.standard_normal((8, 5))
+    A[2, 3] = np.nan
+    B[1, 4] = np.inf
+    out, rep = abft(mm, report=True)(A, B)
+    ref = A @ B
+    np.testing.assert_array_equal(out, ref)            # NaN/inf where NumPy has them
+    g = rep.gemms[0]
+    assert g.unverified == 6 and g.detected == 0 and g.corrected == 0
+
+
+def test_a_fault_to_nan_or_inf_is_detected_and_corrected():
+    rng = np.random.default_rng(0)
+    A, B = rng.standard_normal((6, 8)).astype(np.float32), rng.standard_normal((8, 5)).astype(
+        np.float32)
+    from fpx.faults import Value
+    for v in (np.nan, np.inf):
+        out, rep = inject(abft(mm, report=True), Value(v, index=(1, 2)))(A, B)
+        g = rep.gemms[0]
+        assert g.detected == 1 and g.corrected == 1 and g.locations == [(1, 2)]
+        assert np.isfinite(out).all()
+
+
+def test_integer_gemms_are_checked_exactly():
+    rng = np.random.default_rng(0)
+    A, B = rng.integers(-50, 50, (10, 12)), rng.integers(-50, 50, (12, 7))
+    out, rep = abft(mm, report=True)(A, B)
+    assert np.array_equal(out, A @ B) and rep.gemms[0].threshold == 0
+    assert rep.gemms[0].verify == "exact"
+    out, rep = inject(abft(mm, report=True), BitFlip(0, where="output", index=(3, 3)))(A, B)
+    assert rep.gemms[0].locations == [(3, 3)] and np.array_equal(out, A @ B)
+    A8 = A.astype(np.int8)
+    out = abft(mm)(A8, A8.T)
+    assert out.dtype == np.int8 and np.array_equal(out, A8 @ A8.T)
+
+
+def test_empty_batched_vector_and_bad_shapes():
+    g = abft(mm, report=True)
+    for a, b in [((0, 4), (4, 3)), ((3, 0), (0, 5)), ((2, 3, 0), (0, 4))]:
+        A, B = np.ones(a, np.float32), np.ones(b, np.float32)
+        out, rep = g(A, B)
+        assert np.array_equal(out, A @ B) and rep.gemms[0].checks == ()
+    rng = np.random.default_rng(0)
+    A, B = rng.standard_normal((3, 5, 6)), rng.standard_normal((6, 4))
+    out, rep = g(A, B)
+    assert np.array_equal(out, A @ B) and rep.gemms[0].out_shape == (3, 5, 4)
+    v = rng.standard_normal(6)
+    assert np.allclose(g(v, B)[0], v @ B) and np.allclose(g(v, v)[0], v @ v)
+    out, rep = g(np.ones((3, 3), bool), np.ones((3, 3), bool))
+    assert out.dtype == bool and rep.gemms[0].checks == ()
+    with pytest.raises(ValueError, match="mismatch"):
+        g(np.ones((3, 4)), np.ones((5, 3)))
