@@ -1,4 +1,5 @@
-"""The ``fpx`` command line: ``fpx demo`` (the main job on built-in data), ``fpx formats``."""
+"""The ``fpx`` command line: ``fpx demo`` (the main job on built-in data), ``fpx formats``,
+``fpx probe`` (fuzz ``torch.compile``: docs/probe.md)."""
 from __future__ import annotations
 
 import argparse
@@ -179,12 +180,73 @@ def formats_table(out=sys.stdout) -> int:
     return 0
 
 
+def parse_budget(text: str) -> float:
+    """Seconds in a budget such as ``90``, ``90s``, ``10m``, ``1.5h``."""
+    import re
+    m = re.fullmatch(r"\s*([0-9]*\.?[0-9]+)\s*([smh]?)\s*", str(text))
+    if not m:
+        raise argparse.ArgumentTypeError(f"a budget is a number of seconds or minutes/hours "
+                                         f"('90', '90s', '10m', '1.5h'), not {text!r}")
+    return float(m.group(1)) * {"": 1, "s": 1, "m": 60, "h": 3600}[m.group(2)]
+
+
+def _import_backend(name: str):
+    """``inductor`` stays a name; ``package.module:attr`` is imported."""
+    if ":" not in name:
+        return name
+    import importlib
+    mod, attr = name.split(":", 1)
+    obj = importlib.import_module(mod)
+    for part in attr.split("."):
+        obj = getattr(obj, part)
+    return obj
+
+
+def probe(args) -> int:
+    import fpx.probe
+    from concurrent.futures import ThreadPoolExecutor
+    muts = tuple(m for m in args.mutations.split(",") if m) if args.mutations != "none" else ()
+    kw = dict(seed=args.seed, mutations=muts, max_steps=args.steps, out=args.out,
+              fullgraph=args.fullgraph, dynamic=args.dynamic, timeout=args.timeout,
+              minimize_budget=args.minimize, progress=not args.quiet)
+    if args.programs is not None:
+        kw["programs"] = args.programs
+    else:
+        kw["time"] = args.budget
+    ex = ThreadPoolExecutor(args.workers) if args.workers > 1 else None
+    try:
+        report = fpx.probe.fuzz(_import_backend(args.backend), executor=ex, **kw)
+    finally:
+        if ex is not None:
+            ex.shutdown()
+    print(report.table())
+    return 1 if report.findings else 0
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(prog="fpx", description="Floating-point transforms.")
     ap.add_argument("--version", action="store_true", help="print the version")
     sub = ap.add_subparsers(dest="cmd")
     sub.add_parser("demo", help="run fpx's main job end to end on built-in example data")
     sub.add_parser("formats", help="list the floating-point formats fpx knows")
+    p = sub.add_parser("probe", help="fuzz torch.compile against eager PyTorch, with fpx's "
+                       "round-off bound as the oracle (docs/probe.md)")
+    p.add_argument("--budget", type=parse_budget, default=600.0,
+                   help="time to fuzz: seconds, or 10m / 1h (default 10m)")
+    p.add_argument("--programs", type=int, default=None, help="a number of programs instead")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--backend", default="inductor",
+                   help="a torch.compile backend name, or module:attr of a backend function")
+    p.add_argument("--out", default=None, help="folder for the repro scripts of findings")
+    p.add_argument("--mutations", default=",".join(("resolve", "recover", "functionalize", "emi")),
+                   help="comma-separated mutations to draw from, or 'none'")
+    p.add_argument("--steps", type=int, default=4, help="most mutation steps per program")
+    p.add_argument("--fullgraph", action="store_true")
+    p.add_argument("--dynamic", action="store_true", default=None)
+    p.add_argument("--timeout", type=float, default=120.0, help="seconds before a hang")
+    p.add_argument("--minimize", type=int, default=40, help="checks spent minimizing a finding")
+    p.add_argument("--workers", type=int, default=1, help="sandboxes checking in parallel")
+    p.add_argument("--quiet", action="store_true", help="no progress bar")
     args = ap.parse_args(argv)
     if args.version:
         import fpx
@@ -194,6 +256,8 @@ def main(argv=None) -> int:
         return demo()
     if args.cmd == "formats":
         return formats_table()
+    if args.cmd == "probe":
+        return probe(args)
     ap.print_help()
     return 2
 
