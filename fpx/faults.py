@@ -71,8 +71,10 @@ class Fault:
                     return None
                 flat = int(where[rng.integers(where.size)])
         elif isinstance(self.index, tuple):
-            return tuple(int(i) % n for i, n in zip(self.index, shape)) if len(self.index) == \
-                len(shape) else _bad_index(self.index, shape)
+            if len(self.index) != len(shape) or not all(
+                    -n <= int(i) < n for i, n in zip(self.index, shape)):
+                _bad_index(self.index, shape)
+            return tuple(int(i) % n for i, n in zip(self.index, shape))
         else:
             flat = int(self.index)
             if not -size <= flat < size:
@@ -93,7 +95,10 @@ class Fault:
 
 
 def _bad_index(index, shape):
-    raise IndexError(f"fpx.inject: index {index!r} is out of range for a value of shape {shape}")
+    raise IndexError(f"fpx.inject: index {index!r} is out of range for a value of shape {shape} "
+                     "(inside fpx.abft, indices are those of the GEMM's operands and result: a "
+                     "convolution's (O, C*k*k) weight matrix and (O, N*H*W) output, a linear "
+                     "layer's transposed weight)")
 
 
 def _uint(dt):

@@ -18,7 +18,7 @@ import numpy as np
 
 from fpx.core import PRIMITIVES, Composite, EvalInterpreter, FpxError, Interpreter, Tracer, concrete
 from fpx.faults import Fault
-from fpx.transform import own, run, transformed
+from fpx.transform import is_array_leaf, own, run, transformed
 from fpx.transforms.abft.gemm import GEMM, STORE, Site, model_of, param_names, site_layer
 from fpx.transforms.abft.interpreter import operand_values
 
@@ -157,7 +157,7 @@ class InjectInterpreter(Interpreter):
         if acc or (self.deep and isinstance(prim, Composite)):
             self.site, self.pending = (site, n), acc
             try:
-                inner = [Tracer(self, v) for v in vals]
+                inner = [Tracer(self, v) if is_array_leaf(v) else v for v in vals]
                 out = prim.decomposition(*inner, **params) if isinstance(prim, Composite) \
                     else self._inner_matmul(prim, inner, params)
             finally:
