@@ -218,20 +218,30 @@ def _atomic_old_kernel_launch(x):
 
 
 def test_threads_each_get_their_own_semantics():
+    """While an fpx program runs in one thread, plain launches in another keep Triton's own
+    semantics (they are serialized with fpx's: the interpreter patches triton.language per
+    launch)."""
     import threading
+
+    from fpx.interop.triton import scope
     x, y = torch.randn(100), torch.randn(100)
     plain = xyx(x, y)
-    out, errs = {}, []
+    out, errs, entered = {}, [], threading.Event()
 
     def bounded():
         try:
-            out["iv"] = fpx.interval(xyx)(x, y)
+            with scope():
+                entered.set()
+                out["iv"] = [fpx.interval(xyx)(x, y) for _ in range(3)][-1]
         except Exception as e:      # pragma: no cover - reported below
             errs.append(e)
+        finally:
+            entered.set()
 
     def stock():
         try:
-            out["plain"] = [xyx(x, y) for _ in range(3)]
+            entered.wait()
+            out["plain"] = [xyx(x, y) for _ in range(6)]
         except Exception as e:      # pragma: no cover
             errs.append(e)
     ts = [threading.Thread(target=bounded), threading.Thread(target=stock)]
@@ -242,3 +252,70 @@ def test_threads_each_get_their_own_semantics():
     assert not errs, errs
     assert all(torch.equal(p, plain) for p in out["plain"])
     assert _inside(out["iv"], x.double() * y.double() + x.double())
+
+
+# ---- movement, custom combines, casts, atomics beyond add --------------------------------------
+@triton.jit
+def _combine_add(a, b):
+    return a + b
+
+
+@triton.jit
+def _movement_kernel(x_ptr, o_ptr, s_ptr, m_ptr, i_ptr, B: tl.constexpr):
+    r = tl.arange(0, B)
+    x = tl.load(x_ptr + r[:, None] * B + r[None, :])            # (B, B)
+    t = tl.trans(x) + x.T                                        # 2 x^T
+    lo, hi = tl.split(tl.reshape(t, (B, B // 2, 2)))             # even / odd columns
+    j = tl.reshape(tl.join(hi, lo), (B, B))                      # columns pairwise swapped
+    g = tl.gather(j, tl.broadcast_to((B - 1 - r)[None, :], (B, B)), axis=1)   # reversed
+    c = tl.cat(tl.sum(g, axis=1), tl.max(g, axis=1))
+    y = tl.sigmoid(tl.clamp(g, -1.0, 1.0)).to(tl.bfloat16).to(tl.float32)
+    tl.store(o_ptr + r[:, None] * B + r[None, :], y)
+    tl.store(s_ptr + tl.arange(0, 2 * B), c)
+    tl.store(s_ptr + 2 * B + r, tl.reduce(g, 1, _combine_add))
+    tl.store(s_ptr + 3 * B + r, tl.sum(tl.associative_scan(g, 1, _combine_add), axis=1))
+    tl.atomic_max(m_ptr, tl.max(tl.max(g, axis=1), axis=0))
+    tl.store(i_ptr + r, tl.argmax(g, axis=1))
+    pm, pn = tl.swizzle2d(tl.program_id(0), 0, 4, 4, 2)
+    tl.device_assert(pm + pn >= 0, "swizzled ids are non-negative")
+
+
+def _movement(x):
+    B = x.shape[0]
+    o, s = torch.empty_like(x), torch.empty(4 * B)
+    m, i = torch.full((1,), -1e30), torch.empty(B, dtype=torch.int32)
+    _movement_kernel[(1,)](x, o, s, m, i, B=B)
+    return o, s, m, i
+
+
+def test_movement_custom_combines_casts_and_atomic_max():
+    B = 8
+    x = torch.randn(B, B, generator=_gen(5))
+    t = 2 * x.double().T
+    j = t.reshape(B, B // 2, 2).flip(-1).reshape(B, B)
+    g = j.flip(1)
+    y = torch.sigmoid(g.clamp(-1, 1))
+    iv_o, iv_s, iv_m, i = fpx.interval(_movement)(x)
+    assert _inside(iv_o, y.to(torch.bfloat16).double())    # rounded to bfloat16 (RTNE)
+    assert _inside(iv_s, torch.cat([g.sum(1), g.max(1).values, g.sum(1),
+                                    g.cumsum(1).sum(1)]))
+    assert _inside(iv_m, g.max().reshape(1))
+    assert torch.equal(i.value if hasattr(i, "value") else i, g.argmax(1).int())
+    plain = _movement(x)        # (its bfloat16 cast truncates: the interpreter's, not a GPU's)
+    assert _inside(iv_s, plain[1]) and _inside(iv_m, plain[2])
+
+
+def test_float16_atomic_add_bound_covers_every_order():
+    """Split-K in float16: the GPU adds the programs' partial sums in any order, each add
+    rounded to float16; the bound holds every order's result."""
+    g = _gen(6)
+    a, b = torch.randn(16, 64, generator=g).half(), torch.randn(64, 16, generator=g).half()
+    iv = fpx.interval(lambda a, b: splitk(a, b, out_dtype=torch.float16))(a, b)
+    parts = [(a[:, 16 * p:16 * p + 16].float() @ b[16 * p:16 * p + 16].float()).half().numpy()
+             for p in range(4)]
+    rng = np.random.default_rng(0)
+    for _ in range(20):
+        acc = np.zeros((16, 16), np.float16)
+        for p in rng.permutation(4):
+            acc = (acc + parts[p]).astype(np.float16)
+        assert np.all(iv.lo <= acc) and np.all(acc <= iv.hi)

@@ -206,6 +206,11 @@ class FpxBuilder:
         old = self.memory.atomic(name, data(ptr), data(val), m)
         return _h(old, val.dtype)
 
+    def atomic_float(self, op, ptr, val, mask):
+        """A float atomic max/min (``launch`` routes ``tl.atomic_max``/``min`` here)."""
+        m = None if mask is None else concrete(data(mask), "an atomic mask")
+        return _h(self.memory.atomic(op, data(ptr), data(val), m), val.dtype)
+
     def create_atomic_load(self, ptr, mask, sem, scope):
         return self.create_masked_load(ptr, mask, None, None, True)
 

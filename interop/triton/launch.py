@@ -28,6 +28,7 @@ from fpx.interop.triton.builder import (Diverged, FpxBuilder, UnsupportedTritonO
 from fpx.interop.triton.memory import Buffer, Memory
 
 _LOCK = threading.Lock()
+_LAUNCH_LOCK = threading.RLock()
 _TLS = threading.local()
 _STATE = {"depth": 0, "saved": None}
 _STOCK_BUILDER = _interp.interpreter_builder
@@ -64,14 +65,25 @@ def _uniform(t, why):
 
 
 def _patch_lang_tensor(tensor, scope):
+    """The interpreter's tensor hooks (``__index__``, ``__bool__``, ``.T``), each dispatching
+    per thread: fpx's (program axis, :class:`Diverged`) during an fpx launch, Triton's
+    otherwise (left behind harmlessly if a concurrent stock launch restores them late)."""
     _STOCK["_patch_lang_tensor"](tensor, scope)
-    if _current_builder() is None:
-        return
+    stock = {n: tensor.__dict__[n] for n in ("__index__", "__bool__", "T")}
+
+    def _index(self):
+        if _current_builder() is None:
+            return stock["__index__"](self)
+        return int(_uniform(self, "an index"))
 
     def _bool(self):
+        if _current_builder() is None:
+            return stock["__bool__"](self)
         return bool(_uniform(self, "bool() of a tensor")) if not self.shape else True
 
     def _T(self):
+        if _current_builder() is None:
+            return stock["T"].fget(self)
         x = data(self.handle)
         nd = np.ndim(x)
         perm = tuple(range(nd - 2)) + (nd - 1, nd - 2)
@@ -81,9 +93,25 @@ def _patch_lang_tensor(tensor, scope):
         return tl.core.tensor(type(self.handle)(x, self.handle.dtype),
                               tl.core.block_type(self.dtype, shape))
 
-    scope.set_attr(tensor, "__index__", lambda self: int(_uniform(self, "an index")))
+    scope.set_attr(tensor, "__index__", _index)
     scope.set_attr(tensor, "__bool__", _bool)
     scope.set_attr(tensor, "T", property(_T))
+
+
+def _float_atomic(op):
+    """``TritonSemantic.atomic_max``/``atomic_min``: for floats Triton goes through integer
+    bitcasts of the values, which fpx cannot follow; under an fpx launch a float max/min is
+    one atomic of its own (exact: the same result in every order)."""
+    def f(ptr, val, mask, sem, scope):
+        stock = getattr(type(_interp.interpreter_semantic), f"atomic_{op}")
+        b = _current_builder()
+        s = _interp.interpreter_semantic
+        if b is not None:
+            p, v, m = s.atom_red_typechecking_impl(ptr, val, mask, op)
+            if v.type.scalar.is_floating():
+                return s.make_tensor(b.atomic_float(op, p.handle, v.handle, m.handle), v.type)
+        return stock(s, ptr, val, mask, sem, scope)
+    return f
 
 
 _STOCK = {"ReduceOps": _interp.ReduceOps, "ScanOps": _interp.ScanOps,
@@ -93,16 +121,19 @@ _ORIG_RUN = _interp.InterpretedFunction.run
 
 def _run(self, *args, grid, warmup, **kwargs):
     """``InterpretedFunction.run`` while fpx runs: an fpx launch inside an fpx program on this
-    thread, the stock launch otherwise."""
+    thread, the stock launch otherwise. Launches are serialized meanwhile: Triton's interpreter
+    patches ``triton.language`` for the duration of each launch, so two at once (in two
+    threads) would undo each other's patches."""
     mode = _pd._get_current_dispatch_mode()
-    if not getattr(_TLS, "active", 0) or mode is None or not hasattr(mode, "value_of"):
-        return _ORIG_RUN(self, *args, grid=grid, warmup=warmup, **kwargs)
-    if warmup:
-        return None
-    for hook in self.pre_run_hooks:
-        hook(*args, **kwargs)
-    with _pd._disable_current_modes():
-        launch(mode, self.rewrite(), self.arg_names, grid, args, kwargs)
+    with _LAUNCH_LOCK:       # the interpreter patches triton.language for each launch
+        if not getattr(_TLS, "active", 0) or mode is None or not hasattr(mode, "value_of"):
+            return _ORIG_RUN(self, *args, grid=grid, warmup=warmup, **kwargs)
+        if warmup:
+            return None
+        for hook in self.pre_run_hooks:
+            hook(*args, **kwargs)
+        with _pd._disable_current_modes():
+            launch(mode, self.rewrite(), self.arg_names, grid, args, kwargs)
 
 
 @contextlib.contextmanager
@@ -117,6 +148,7 @@ def scope():
             _interp.ReduceOps, _interp.ScanOps = _reduce_ops, _scan_ops
             _interp._patch_lang_tensor = _patch_lang_tensor
             _interp.InterpretedFunction.run = _run
+            sem.atomic_max, sem.atomic_min = _float_atomic("max"), _float_atomic("min")
         _STATE["depth"] += 1
     _TLS.active = getattr(_TLS, "active", 0) + 1
     try:
@@ -130,6 +162,8 @@ def scope():
                 _interp.ReduceOps, _interp.ScanOps = _STOCK["ReduceOps"], _STOCK["ScanOps"]
                 _interp._patch_lang_tensor = _STOCK["_patch_lang_tensor"]
                 _interp.InterpretedFunction.run = _ORIG_RUN
+                del _interp.interpreter_semantic.atomic_max
+                del _interp.interpreter_semantic.atomic_min
 
 
 # ---- one launch ------------------------------------------------------------------------------
