@@ -189,10 +189,6 @@ def adapt(f, args=(), kwargs=None) -> Adapted:
     if torch is not None:
         is_module = isinstance(f, torch.nn.Module)
         if is_module or _has_torch_leaf((args, kwargs)):
-            if "triton" in sys.modules:          # a function that launches Triton kernels
-                from fpx.interop import triton as _tri
-                if _tri.launches_kernels(f):
-                    return _tri.adapt(f, args, kwargs)
             from fpx.interop import torch as _fit
             return _fit.adapt(f, args, kwargs)
     return Adapted(f, args, kwargs)

@@ -319,3 +319,11 @@ def test_float16_atomic_add_bound_covers_every_order():
         for p in rng.permutation(4):
             acc = (acc + parts[p]).astype(np.float16)
         assert np.all(iv.lo <= acc) and np.all(acc <= iv.hi)
+
+
+def test_reproducible_runs_kernels_with_correctly_rounded_ops():
+    g = _gen(7)
+    x, y = torch.randn(100, generator=g), torch.randn(100, generator=g)
+    r = fpx.reproducible(xyx)(x, y)
+    xn, yn = x.numpy(), y.numpy()
+    assert np.array_equal(r.numpy(), xn * yn + xn)          # float32 ops, each rounded once

@@ -4,6 +4,8 @@ precision policy follows the inputs' device. fpx results among inputs and output
 ``Interval``) are recognised by their method ``_fpx_convert(convert)``, never by type."""
 from __future__ import annotations
 
+import sys
+
 import numpy as np
 import torch
 import torch.utils._pytree as _pytree
@@ -63,6 +65,9 @@ def adapt(f, args=(), kwargs=None, *, fallback="auto", policy=None) -> Adapted:
     relies on). ``fallback``: as :func:`build`'s; ``policy``: the default policy instead of
     torch's (``fpx.interop.triton`` gives its own for programs that launch kernels)."""
     kwargs = dict(kwargs or {})
+    tri = _triton_launcher(f)
+    if tri is not None:    # launches Triton kernels: eager, in fpx.interop.triton's scope
+        fallback, policy = "always", tri.TRITON if policy is None else policy
     with LOCK:             # the parameters, not another thread's export's fake tensors
         prog = program_for(f, args, kwargs, fallback=fallback)
         params = prog.params(f)
@@ -70,10 +75,21 @@ def adapt(f, args=(), kwargs=None, *, fallback="auto", policy=None) -> Adapted:
     a, k = tree.tree_map(_to_fpx_leaf, (tuple(args), kwargs))
     examples = _pytree.tree_map(example, (tuple(args), kwargs))
     program = BoundProgram(prog, params, f, examples)
+    if tri is not None:
+        program = tri.Scoped(program)
     return Adapted(program, a, k, lambda out: tree.tree_map(
         lambda x: _to_user_leaf(x, device), out),
         policy if policy is not None else
         default_policy(device, device.type == "cuda" and _convolves(prog)), "torch", prog)
+
+
+def _triton_launcher(f):
+    """``fpx.interop.triton`` when ``f`` launches Triton kernels (triton already imported by
+    the user's code), else None."""
+    if "triton" not in sys.modules:
+        return None
+    from fpx.interop import triton as tri
+    return tri if tri.launches_kernels(f) else None
 
 
 class BoundProgram:

@@ -36,7 +36,14 @@ from fpx.interop.triton.builder import UnsupportedTritonOpError
 from fpx.interop.triton.launch import scope
 from fpx.interop.triton.policy import TRITON
 
-__all__ = ["adapt", "launches_kernels", "scope", "TRITON", "UnsupportedTritonOpError"]
+__all__ = ["launches_kernels", "scope", "Scoped", "TRITON", "UnsupportedTritonOpError"]
+
+
+def _check_interpret():
+    if os.environ.get("TRITON_INTERPRET", "0") not in ("1", "true", "True"):
+        from fpx.core import FpxError
+        raise FpxError("fpx.interop.triton: set TRITON_INTERPRET=1 before triton is imported; "
+                       "fpx runs kernels in Triton's interpreter with its own semantics")
 
 
 def _is_kernel(obj) -> bool:
@@ -84,24 +91,13 @@ def _has_contents(cell):
         return False
 
 
-def adapt(f, args=(), kwargs=None):
-    """``fpx.transform.adapt`` for a function that launches Triton kernels: the torch
-    adapter's dispatch-mode program, run inside :func:`scope`, with :data:`TRITON` as the
-    default policy."""
-    if os.environ.get("TRITON_INTERPRET", "0") not in ("1", "true", "True"):
-        from fpx.core import FpxError
-        raise FpxError("fpx.interop.triton: set TRITON_INTERPRET=1 before triton is imported; "
-                       "fpx runs kernels in Triton's interpreter with its own semantics")
-    from fpx.interop.torch.adapter import adapt as torch_adapt
-    ad = torch_adapt(f, args, kwargs, fallback="always", policy=TRITON)
-    ad.fn = _Scoped(ad.fn)
-    return ad
-
-
-class _Scoped:
-    """A program run inside :func:`scope` (picklable when the program is)."""
+class Scoped:
+    """A program run inside :func:`scope` (picklable when the program is): what the torch
+    adapter runs for a function that launches kernels (its dispatch-mode program, with
+    :data:`TRITON` as the default policy)."""
 
     def __init__(self, fn):
+        _check_interpret()
         self.fn = fn
         self.__name__ = getattr(fn, "__name__", "triton_launch")
 
@@ -110,4 +106,4 @@ class _Scoped:
             return self.fn(*args, **kwargs)
 
     def on_host(self):
-        return _Scoped(self.fn.on_host()) if hasattr(self.fn, "on_host") else self
+        return Scoped(self.fn.on_host()) if hasattr(self.fn, "on_host") else self

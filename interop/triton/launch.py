@@ -210,7 +210,7 @@ def _buffer(t, views, mode):
         pieces.append(fnp.reshape(v, (-1,)))
         count += v_t.numel()
     if imap is not None:
-        flat = fnp.take(fnp.concatenate(pieces), imap)
+        flat = fnp.concatenate(pieces)[imap]
     return Buffer(st.data_ptr(), flat, np.dtype(flat.dtype))
 
 
@@ -293,8 +293,7 @@ def _write_back(mode, memory, by_storage):
     for k, ts in views.items():
         flat = written[k].value()
         for t in ts:
-            v = fnp.reshape(fnp.take(flat, _positions(t).ravel()), tuple(t.shape)) \
-                if isinstance(flat, Tracer) else np.take(flat, _positions(t))
+            v = flat[_positions(t)] if isinstance(flat, Tracer) else np.take(flat, _positions(t))
             mode.bind(t, v)
             c = _conc(v)
             if tuple(np.shape(c)) == tuple(t.shape):     # (a stochastic value has samples)

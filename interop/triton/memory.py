@@ -26,7 +26,8 @@ def _traced(*xs):
 
 
 def _take(flat, idx):
-    return fnp.take(flat, idx) if isinstance(flat, Tracer) else np.take(flat, idx)
+    """``flat[idx]``: a gather (fpx's exact ``getitem`` for a traced value)."""
+    return flat[idx] if isinstance(flat, Tracer) else np.take(flat, idx)
 
 
 def _cat(xs):
