@@ -20,10 +20,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from fpx.transforms.abft.gemm import mm
 from fpx.transforms.abft.thresholds import Info
 
-__all__ = ["check"]
+__all__ = ["check", "sums"]
 
 
 class _Stats:
@@ -37,11 +36,22 @@ class _Stats:
         self.locations = []
 
 
-def _weights(N, dt):
-    W = np.empty((N, 2), dt)
-    W[:, 0] = 1
-    W[:, 1] = np.arange(1, N + 1)
-    return W
+def sums(A, B, C):
+    """The row check's sums: ``(chk, obs, b_sum, a_sum)`` with chk = A (B [r1 r2]) and
+    obs = C [r1 r2] ((G, M, 2)), B's row sums b_sum = B r1 ((G|1, K)) and A's row sums, all
+    in the accumulator's dtype. Matrix-vector products are einsum's single-threaded SIMD loops,
+    not BLAS: a multithreaded GEMV of a few hundred microseconds waits tens of milliseconds
+    for its threads on a loaded machine."""
+    N, K = C.shape[-1], A.shape[-1]
+    dt = C.dtype
+    r2 = np.arange(1, N + 1, dtype=dt)
+    b1 = B.sum(axis=-1, dtype=dt)                       # pairwise sums (NumPy's)
+    b2 = np.einsum("...kn,n->...k", B, r2)
+    chk = np.stack([np.einsum("...mk,...k->...m", A, b1),
+                    np.einsum("...mk,...k->...m", A, b2)], axis=-1)
+    obs = np.stack([C.sum(axis=-1, dtype=dt), np.einsum("...mn,n->...m", C, r2)], axis=-1)
+    a_sum = A.sum(axis=-1, dtype=dt)
+    return chk, obs, b1, a_sum
 
 
 def _round_out(x, out):
@@ -60,20 +70,15 @@ def _rows_checked(A, B, C, *, tfun, info, correct, out, st, transpose):
     G, M, N = C.shape
     K = A.shape[-1]
     exact = C.dtype.kind in "iu"
-    W = _weights(N, C.dtype)
-    S = mm(B, W)                                            # (Gb, K, 2)
-    X = np.concatenate([S, np.ones(S.shape[:-1] + (1,), C.dtype)], axis=-1)
     with np.errstate(all="ignore"):
-        Y = mm(A, X)                                        # (G|Ga, M, 3)
-        chk, a_sum = Y[..., :2], Y[..., 2]
-        obs = mm(C, W)                                      # (G, M, 2)
+        chk, obs, b_sum, a_sum = sums(A, B, C)
         if exact:
             D = (obs - np.broadcast_to(chk, obs.shape)).astype(np.float64)
             T = np.zeros((G, M))
         else:
             D = obs.astype(np.float64) - chk.astype(np.float64)
             info.K, info.N = K, N
-            info.b_sum, info.a_sum = S[..., 0].astype(np.float64), a_sum.astype(np.float64)
+            info.b_sum, info.a_sum = b_sum.astype(np.float64), a_sum.astype(np.float64)
             info.C = C
             T = np.broadcast_to(np.asarray(tfun(A, B, info), np.float64), (G, M))
         ok = np.isfinite(np.broadcast_to(chk, obs.shape)).all(-1)

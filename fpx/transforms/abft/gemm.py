@@ -16,8 +16,7 @@ import numpy as np
 from fpx import formats
 from fpx.core import Primitive
 
-__all__ = ["GEMM", "STORE", "Site", "Model", "model_of", "batch3", "param_names", "site_layer",
-           "mm"]
+__all__ = ["GEMM", "STORE", "Site", "Model", "model_of", "batch3", "param_names", "site_layer"]
 
 
 def _gemm_impl(B):
@@ -168,11 +167,3 @@ def site_layer(names: dict, operands) -> tuple:
                 return (n[:-len(".weight")] if n.endswith(".weight") else n), i
     return None, None
 
-
-def mm(X, Y):
-    """``X @ Y`` for a large X that may be a transposed view (the column check's operands)
-    and a small Y: as ``(Y^T X^T)^T``, so BLAS reads X in its own layout."""
-    if X.ndim < 2 or X.strides[-1] == X.itemsize or X.shape[-1] <= 1:
-        return np.matmul(X, Y)
-    Yt = np.ascontiguousarray(np.swapaxes(Y, -1, -2))
-    return np.swapaxes(np.matmul(Yt, np.swapaxes(X, -1, -2)), -1, -2)

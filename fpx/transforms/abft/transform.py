@@ -7,6 +7,7 @@ import numpy as np
 from fpx import formats
 from fpx.core import Tracer
 from fpx.transform import run, transformed
+from fpx.transforms.abft import check as _check
 from fpx.transforms.abft.gemm import model_of, param_names
 from fpx.transforms.abft.interpreter import AbftInterpreter
 from fpx.transforms.abft.thresholds import PRESETS
@@ -105,9 +106,8 @@ def calibrate(dtype, sizes=(64, 128, 256, 512), trials=100, *, verify="online", 
             C = np.matmul(A, B)
             if offline:
                 C = C.astype(model.out.dtype).astype(acc)
-            W = np.ones((N, 1), acc)
-            chk = np.matmul(A, np.matmul(B, W))[..., 0].astype(np.float64)
-            obs = np.matmul(C, W)[..., 0].astype(np.float64)
+            chk, obs, _, _ = _check.sums(A, B, C)
+            chk, obs = chk[..., 0].astype(np.float64), obs[..., 0].astype(np.float64)
             worst = max(worst, float(np.max(np.abs(obs - chk) / np.abs(chk))))
             left -= g
         per[(M, K, N)] = worst

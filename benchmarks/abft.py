@@ -1,0 +1,165 @@
+"""fpx.abft: overhead of a checksummed GEMM against the plain one, threshold tightness (V-ABFT,
+A-ABFT, rigorous), false-positive rate on clean trials, and detection rate per bf16 bit.
+
+    python benchmarks/abft.py [--quick]
+
+* Overhead: ``fpx.abft(matmul)`` (V-ABFT, row checks, correction on) over ``A @ B``, float32,
+  n = 1024 and 2048; the two are timed interleaved in the same process (median of rounds).
+* Tightness (the V-ABFT paper's Tables 4-6 at CPU scale): the mean threshold over the mean
+  |verification difference| of the rows, FP64 and FP32 on U(-1, 1), BF16 on U(0, 1) with its
+  output verified offline.
+* False positives: clean GEMMs (16, 64, 16) per format and input distribution, batched.
+* Detection per bit: bf16 (M, K, N) = (128, 1024, 256), one random flip per trial of an output
+  element's bit (offline) or of the float32 accumulator's matching bit (online).
+Ends with one JSON line.
+"""
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+
+import ml_dtypes
+import numpy as np
+
+sys.path.insert(0, os.path.dirname(__file__))
+from _timing import parse_args  # noqa: E402
+
+from fpx.faults import BitFlip  # noqa: E402
+from fpx.transforms.abft import abft  # noqa: E402
+from fpx.transforms.inject import inject  # noqa: E402
+
+BF16 = ml_dtypes.bfloat16
+
+
+def mm(a, b):
+    return a @ b
+
+
+def dist(name, rng, shape):
+    if name == "N(1e-6,1)":
+        return rng.normal(1e-6, 1.0, shape)
+    if name == "N(1,1)":
+        return rng.normal(1.0, 1.0, shape)
+    if name == "U(-1,1)":
+        return rng.uniform(-1.0, 1.0, shape)
+    if name == "U(0,1)":
+        return rng.uniform(0.0, 1.0, shape)
+    x = rng.normal(0.0, 1.0, shape)                       # truncated N(0, 1) on [-1, 1]
+    while (bad := np.abs(x) > 1).any():
+        x[bad] = rng.normal(0.0, 1.0, int(bad.sum()))
+    return x
+
+
+def overhead(n, rounds):
+    rng = np.random.default_rng(0)
+    A = rng.standard_normal((n, n)).astype(np.float32)
+    B = rng.standard_normal((n, n)).astype(np.float32)
+    runs = {"plain": lambda: A @ B, "v-abft": abft(mm), "rigorous": abft(mm, threshold="rigorous"),
+            "both": abft(mm, checksums="both")}
+    ts = {k: [] for k in runs}
+    for k, f in runs.items():
+        f() if k == "plain" else f(A, B)
+    for _ in range(rounds):
+        for k, f in runs.items():
+            t0 = time.perf_counter()
+            f() if k == "plain" else f(A, B)
+            ts[k].append(time.perf_counter() - t0)
+    base = float(np.median(ts["plain"]))
+    return base, {k: float(np.median(v)) / base for k, v in ts.items() if k != "plain"}
+
+
+def tightness(sizes, trials):
+    rows = []
+    for fmt, d, verify in [("float64", "U(-1,1)", "online"), ("float32", "U(-1,1)", "online"),
+                           ("bfloat16", "U(0,1)", "offline")]:
+        for n in sizes:
+            rng = np.random.default_rng(n)
+            A = dist(d, rng, (trials, n, n)).astype(fmt)
+            B = dist(d, rng, (trials, n, n)).astype(fmt)
+            row = {"format": fmt, "n": n}
+            for th in ("v-abft", "a-abft", "rigorous"):
+                _, rep = abft(mm, threshold=th, verify=verify, report=True, correct=False)(A, B)
+                g = rep.gemms[0]
+                row[th] = g.tightness
+                row["actual"] = g.residual
+                row["fp_" + th] = g.detected
+            rows.append(row)
+    return rows
+
+
+def fp_rate(trials):
+    out = {}
+    for fmt, verify in [("float64", "online"), ("float32", "online"), ("bfloat16", "online"),
+                        ("bfloat16", "offline"), ("float16", "offline"),
+                        ("float8_e4m3fn", "offline")]:
+        for k, d in enumerate(("N(1e-6,1)", "N(1,1)", "U(-1,1)", "trunc N(0,1)")):
+            rng = np.random.default_rng(1000 + k)
+            det = done = 0
+            while done < trials:
+                t = min(25000, trials - done)
+                A = dist(d, rng, (t, 16, 64)).astype(fmt)
+                B = dist(d, rng, (t, 64, 16)).astype(fmt)
+                _, rep = abft(mm, verify=verify, report=True, correct=False)(A, B)
+                det += rep.gemms[0].detected
+                done += t
+            out[f"{fmt}/{verify}/{d}"] = det / (done * 16)
+    return out
+
+
+def detection(trials, dists):
+    out = {}
+    for d in dists:
+        rng = np.random.default_rng(7)
+        A = dist(d, rng, (trials, 128, 1024)).astype(BF16)
+        B = dist(d, rng, (trials, 1024, 256)).astype(BF16)
+        for verify, where, shift in (("offline", "output", 0), ("online", "accumulator", 16)):
+            for bit in range(7, 15):
+                fs = [BitFlip(bit + shift, where=where, index=(t, int(rng.integers(128)),
+                                                                int(rng.integers(256))))
+                      for t in range(trials)]
+                (_, rep), log = inject(abft(mm, verify=verify, report=True), fs,
+                                       report=True)(A, B)
+                g = rep.gemms[0]
+                out[f"{d}/{verify}/bit{bit}"] = 100.0 * min(g.detected, trials) / trials
+    return out
+
+
+def main(argv=None):
+    args = parse_args(__doc__, argv)
+    q = args.quick
+    print(f"load average: {os.getloadavg()}")
+    res = {}
+    for n in (1024, 2048):
+        base, r = overhead(n, 5 if q else 15)
+        res[f"overhead_{n}"] = r
+        print(f"overhead n={n} float32: plain {base * 1e3:.1f} ms; " +
+              ", ".join(f"{k} {v:.3f}x" for k, v in r.items()))
+    rows = tightness((128, 256, 512) if q else (128, 256, 512, 1024, 2048), 2 if q else 4)
+    print(f"{'format':9} {'n':>5} {'actual':>9} {'V-ABFT':>8} {'A-ABFT':>8} {'rigorous':>9}  "
+          "(threshold / actual, means over rows)")
+    for r in rows:
+        print(f"{r['format']:9} {r['n']:5d} {r['actual']:9.3g} {r['v-abft']:7.1f}x "
+              f"{r['a-abft']:7.0f}x {r['rigorous']:8.0f}x")
+    res["tightness"] = {f"{r['format']}/{r['n']}": {k: r[k] for k in ("v-abft", "a-abft",
+                                                                        "rigorous")}
+                        for r in rows}
+    trials = 10 ** 4 if q else 10 ** 5
+    fp = fp_rate(trials)
+    print(f"false-positive rate (rows), {trials} clean GEMMs (16, 64, 16) each:")
+    for k, v in fp.items():
+        print(f"  {k:40} {v:.2e}")
+    res["false_positive_rate"] = fp
+    res["fp_trials"] = trials
+    det = detection(8 if q else 64, ("N(1e-6,1)", "U(-1,1)") if q else
+                    ("N(1e-6,1)", "N(1,1)", "U(-1,1)", "trunc N(0,1)"))
+    print("detection rate (%) per bf16 bit, (128, 1024, 256), random element and direction:")
+    for k, v in det.items():
+        print(f"  {k:34} {v:6.1f}")
+    res["detection"] = det
+    print(json.dumps({"benchmark": "abft", "quick": q, **res}))
+
+
+if __name__ == "__main__":
+    main()
