@@ -327,3 +327,29 @@ def test_reproducible_runs_kernels_with_correctly_rounded_ops():
     r = fpx.reproducible(xyx)(x, y)
     xn, yn = x.numpy(), y.numpy()
     assert np.array_equal(r.numpy(), xn * yn + xn)          # float32 ops, each rounded once
+
+
+def test_float16_subnormal_column_sums_over_a_quarter_million_elements():
+    """RENDER's case 1666 shape: float16 inputs in the subnormal range, 512 x 512; every
+    float64 reference sum lies inside the bound (the bound has an absolute term)."""
+    g = _gen(8)
+    x = (torch.rand(512, 512, generator=g) * 6e-5).half()
+    assert (x.float().abs() < 2.0 ** -14).float().mean() > 0.99
+    iv = fpx.interval(lambda x: colsum(x, BM=64, BN=64))(x)
+    assert _inside(iv, x.double().sum(0))
+
+
+def test_bfloat16_matmul_and_kernels_named_through_a_module():
+    g = _gen(9)
+    a = torch.randn(24, 40, generator=g).to(torch.bfloat16)
+    b = torch.randn(40, 24, generator=g).to(torch.bfloat16)
+
+    class Mm(torch.nn.Module):
+        def forward(self, a, b):
+            return _kmod.mm(a, b, out_dtype=torch.float32)    # a launcher in another module
+    iv = fpx.interval(Mm())(a, b)
+    assert _inside(iv, a.double() @ b.double())
+
+
+_kmod = __import__("types").ModuleType("_kmod")
+_kmod.mm = matmul

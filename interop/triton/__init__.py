@@ -52,10 +52,13 @@ def _is_kernel(obj) -> bool:
 
 
 def launches_kernels(f, _depth=2) -> bool:
-    """Does ``f`` (a function, a module's ``forward``) name a Triton kernel -- among its globals,
-    closure cells or default arguments, or those of the functions it names (two levels)?"""
+    """Does ``f`` (a function, a module's ``forward``) name a Triton kernel -- among its globals
+    (or their attributes: ``kernels.matmul``), closure cells or default arguments, a module's
+    attributes, or those of the functions it names (two levels)?"""
     import torch
     if isinstance(f, torch.nn.Module):
+        if any(_is_kernel(v) for v in vars(f).values()):                   # self.kernel
+            return True
         f = type(f).forward
     f = getattr(f, "__func__", f)
     code = getattr(f, "__code__", None)
@@ -72,6 +75,8 @@ def launches_kernels(f, _depth=2) -> bool:
                 walk(k)
     walk(code)
     seen += [g[n] for n in names if n in g]
+    seen += [getattr(m, n) for m in list(seen) if isinstance(m, types.ModuleType)   # mod.kernel
+             for n in names if hasattr(m, n)]
     seen += [c.cell_contents for c in (f.__closure__ or ()) if _has_contents(c)]
     seen += list(f.__defaults__ or ())
     for obj in seen:
