@@ -13,6 +13,7 @@ import ast
 import operator
 import os
 import re
+import runpy
 import subprocess
 import sys
 import time
@@ -159,7 +160,7 @@ def test_seeds_are_valid_deterministic_ssa_and_cover_the_op_library():
 
 def test_mutations_are_exact_and_compose():
     hits = dict.fromkeys(MUTATIONS, 0)
-    for s in range(16):
+    for s in range(8):
         seed = generate(s, SMALL)
         rng = np.random.default_rng(s)
         plan = [(str(m), int(rng.integers(2 ** 31))) for m in rng.permutation(MUTATIONS)]
@@ -173,7 +174,7 @@ def test_mutations_are_exact_and_compose():
             assert fpx.classify(load(seed.source()), y0, *seed.args()).kind == "bug", src
         else:
             assert v.kind == "roundoff", (src, v.report())
-    assert all(h >= 8 for h in hits.values()), hits
+    assert all(h >= 4 for h in hits.values()), hits
     src, _ = apply_plan(generate(1, SMALL), [("resolve", 3), ("recover", 4),
                                              ("functionalize", 5), ("emi", 6)])
     assert "for " in src and "def _f" in src and "if " in src and "_backup" in src
@@ -209,9 +210,9 @@ def _run_repro(path):
 
 
 def test_swapped_subtraction_is_found_minimized_and_reproduced(tmp_path, sandbox):
-    rep = fuzz(swap_sub, programs=10, seed=0, out=str(tmp_path), config=SMALL,
-               minimize_budget=30, timeout=60, sandbox=sandbox)
-    assert rep.programs == 10
+    rep = fuzz(swap_sub, programs=4, seed=1, out=str(tmp_path), config=SMALL,
+               minimize_budget=20, timeout=60, sandbox=sandbox)
+    assert rep.programs == 4
     wrong = [f for f in rep.findings if f.kind == "wrong"]
     assert wrong and all(f.verdict == "bug" for f in wrong)
     small = min(wrong, key=lambda f: len(f.source))
@@ -224,7 +225,7 @@ def test_swapped_subtraction_is_found_minimized_and_reproduced(tmp_path, sandbox
 
 def test_wrong_approximation_is_found_even_under_fixed_tolerances(sandbox):
     cfg = Config(max_stmts=5, ops=("unary", "binary", "softmax", "reduce"))
-    rep = fuzz(approx_exp, programs=14, seed=2, config=cfg, minimize_budget=0, timeout=60,
+    rep = fuzz(approx_exp, programs=6, seed=2, config=cfg, minimize_budget=0, timeout=60,
                sandbox=sandbox)
     assert any(f.kind == "wrong" for f in rep.findings), rep.table()
     # exp's error (~x^2/2048) is far under TorchProbe's rtol 1e-2: fpx sees what it misses
@@ -233,52 +234,54 @@ def test_wrong_approximation_is_found_even_under_fixed_tolerances(sandbox):
 
 
 def test_dropped_view_restore_is_found_and_minimized(tmp_path, sandbox):
-    rep = fuzz(drop_view_restore, programs=12, seed=4, mutations=("recover",), config=SMALL,
+    rep = fuzz(drop_view_restore, programs=4, seed=4, mutations=("recover",), config=SMALL,
                out=str(tmp_path), minimize_budget=30, timeout=60, sandbox=sandbox)
     wrong = [f for f in rep.findings if f.kind == "wrong"]
     assert wrong, rep.table()
     assert all(".copy_(" in f.source and f.mutations for f in wrong)
-    assert _run_repro(wrong[0].path) == 1
+    assert "fpx.classify verdict: BUG" in open(wrong[0].path).read()
 
 
 # ----------------------------------------------------------------------------- no false alarms
 @pytest.mark.parametrize("backend", [equivalent, "aot_eager"], ids=["equivalent", "aot_eager"])
 def test_equivalent_backends_give_no_findings(backend, sandbox):
-    rep = fuzz(backend, programs=12, seed=7, minimize_budget=0, timeout=60, sandbox=sandbox)
-    assert rep.programs == 12 and not rep.findings, rep.table()
-    assert rep.counts["ok"] >= 8 and rep.counts["invalid"] == rep.counts["oracle"] == 0
+    rep = fuzz(backend, programs=8, seed=7, minimize_budget=0, timeout=60, sandbox=sandbox)
+    assert rep.programs == 8 and not rep.findings, rep.table()
+    assert rep.counts["ok"] >= 5 and rep.counts["invalid"] == rep.counts["oracle"] == 0
 
 
 # ----------------------------------------------------------------------------- crashes and hangs
 def test_crash_hard_crash_and_hang_do_not_stop_the_fuzzer(tmp_path, sandbox):
     cfg = Config(max_stmts=4, ops=("unary", "matmul", "flip"))
     rep = fuzz(raises_on_matmul, programs=6, seed=1, config=cfg, mutations=(), out=str(tmp_path),
-               minimize_budget=12, timeout=60, sandbox=sandbox)
+               minimize_budget=8, timeout=60, sandbox=sandbox)
     crash = [f for f in rep.findings if f.kind == "crash"]
     assert crash and crash[0].error_type == "NotImplementedError"
     assert "torch.matmul" in crash[0].source and len(crash[0].source.splitlines()) <= 3
     assert rep.duplicates + len(crash) == rep.counts["crash"]        # one kept per signature
-    assert _run_repro(crash[0].path) == 1
+    assert runpy.run_path(crash[0].path)["main"]() == 1                  # in this process
+    torch._dynamo.reset()
 
-    rep = fuzz(aborts_on_flip, programs=6, seed=1, config=cfg, mutations=(), minimize_budget=0,
+    rep = fuzz(aborts_on_flip, programs=2, seed=1, config=cfg, mutations=(), minimize_budget=0,
                timeout=60, sandbox=sandbox)
     assert any(f.error_type == "Died:SIGABRT" for f in rep.findings), rep.table()
-    assert rep.programs == 6
+    assert rep.programs == 2
 
-    rep = fuzz(hangs, programs=2, seed=0, mutations=(), minimize_budget=0, timeout=4,
+    rep = fuzz(hangs, programs=2, seed=0, mutations=(), minimize_budget=0, timeout=3,
                out=str(tmp_path / "h"), dedup=False)
     assert [f.kind for f in rep.findings] == ["hang", "hang"]
-    assert "signal.alarm(9)" in open(rep.findings[0].path).read()
+    assert "signal.alarm(7)" in open(rep.findings[0].path).read()
 
 
 def test_executor_gives_the_serial_results(sandbox):
     from concurrent.futures import ThreadPoolExecutor
-    a = fuzz(swap_sub, programs=4, seed=3, config=SMALL, minimize_budget=0, timeout=60,
+    a = fuzz(swap_sub, programs=4, seed=1, config=SMALL, minimize_budget=0, timeout=60,
              sandbox=sandbox)
     with ThreadPoolExecutor(2) as ex:
-        b = fuzz(swap_sub, programs=4, seed=3, config=SMALL, minimize_budget=0, timeout=60,
+        b = fuzz(swap_sub, programs=4, seed=1, config=SMALL, minimize_budget=0, timeout=60,
                  executor=ex)
     assert [r[:3] for r in a.records] == [r[:3] for r in b.records]
+    assert a.counts["wrong"] >= 1
 
 
 def test_arguments_are_checked():
@@ -298,17 +301,31 @@ def test_arguments_are_checked():
 def test_cli_probe(tmp_path, capsys):
     from fpx.cli import main, parse_budget
     assert parse_budget("10m") == 600 and parse_budget("90") == 90 and parse_budget("1.5h") == 5400
-    rc = main(["probe", "--programs", "2", "--backend", "eager", "--seed", "0", "--quiet",
-               "--out", str(tmp_path)])
-    out = capsys.readouterr().out
-    assert rc == 0 and "2 programs" in out and "status" in out
     rc = main(["probe", "--programs", "1", "--backend", "test_probe:swap_sub", "--seed", "3",
-               "--quiet", "--minimize", "0", "--mutations", "none"])      # program 0: 2.0 - v3
-    out = capsys.readouterr().out
-    assert rc == 1 and re.search(r"^wrong +1$", out, re.M), out
+               "--quiet", "--minimize", "0", "--mutations", "none", "--out", str(tmp_path)])
+    out = capsys.readouterr().out                      # program 0 has ``2.0 - v3``
+    assert rc == 1 and "1 programs" in out and re.search(r"^wrong +1$", out, re.M), out
+    assert os.listdir(tmp_path) == ["wrong_00000.py"]
 
 
 def test_inductor_smoke(sandbox):
     rep = fuzz("inductor", programs=1, seed=0, mutations=(), minimize_budget=0, timeout=300,
                sandbox=sandbox)
     assert rep.programs == 1 and not rep.findings, rep.table()
+
+
+@pytest.mark.slow
+def test_inductor_no_false_alarms_where_fixed_tolerances_raise_some(sandbox):
+    """benchmarks/probe.py's programs: on inductor fpx calls none wrong; torch.testing's
+    defaults flag some of the same outputs (fused half-precision chains rounded once)."""
+    from fpx.probe import Config
+    cfg = Config(long_p=0.25, long_dim=2048, max_numel=16384)
+    rep = fuzz("inductor", programs=49, seed=0, minimize_budget=0, config=cfg, timeout=300,
+               sandbox=sandbox)
+    judged = [r for r in rep.records if r[1] in ("ok", "inconclusive", "wrong") and r[3]]
+    assert len(judged) >= 40 and not rep.findings, rep.table()
+    false_tt = sum(not r[3]["torch.testing"] for r in judged)
+    false_tp = sum(not r[3]["torchprobe"] for r in judged)
+    print(f"inductor, {len(judged)} programs: fpx 0 wrong; torch.testing defaults flag "
+          f"{false_tt}, allclose(1e-2, 1e-4) {false_tp}")
+    assert false_tt >= 1

@@ -209,7 +209,7 @@ def _finding(k, case, source, job, outcome, spec, opts, sandbox, budget, out) ->
             o = sandbox.run(j)
             return o.status == kind and (kind != "crash" or o.error_type == outcome.error_type)
         small = minimize(case, interesting, budget=budget if kind != "hang" else min(budget, 4),
-                         statements=kind != "hang")
+                         program=kind != "hang")
         if small is not case:
             source, applied, job2 = _run_case(small, spec, opts)
             o = sandbox.run(job2)

@@ -58,18 +58,18 @@ def cut(seed: Seed, names: set) -> Seed:
     return Seed(inputs, stmts, list(seed.outputs), dict(seed.meta)).used()
 
 
-def minimize(case: Case, interesting, budget: int = 60, statements: bool = True) -> Case:
+def minimize(case: Case, interesting, budget: int = 60, program: bool = True) -> Case:
     """The smallest case found for which ``interesting(case)`` still holds, with at most
-    ``budget`` calls of it."""
+    ``budget`` calls of it; ``program=False`` minimizes the mutation steps only."""
     left = [budget]
     seed = case.seed.used()
 
     def keep_outputs(outs):
         return interesting(Case(replace(seed, outputs=list(outs)).used(), case.plan))
-    if len(seed.outputs) > 1:
+    if program and len(seed.outputs) > 1:
         seed = replace(seed, outputs=ddmin(list(seed.outputs), keep_outputs, left)).used()
 
-    if statements and len(seed.stmts) > 1:
+    if program and len(seed.stmts) > 1:
         every = [n for n, _ in seed.stmts]
 
         def keep_stmts(kept):

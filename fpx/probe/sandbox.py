@@ -145,7 +145,8 @@ def _numbers(v):
 
 
 def check(job: Job) -> Outcome:
-    """The check, in this process (the child runs it; tests may call it directly)."""
+    """The check, in this process: the child runs it. Called directly it resets
+    ``torch._dynamo``'s caches of the calling process (each case compiles afresh)."""
     import torch
     import fpx
     from fpx.probe.program import load
