@@ -11,6 +11,7 @@ import pytest  # noqa: E402
 triton = pytest.importorskip("triton")
 import torch  # noqa: E402
 import triton.language as tl  # noqa: E402
+from triton.language.extra import libdevice  # noqa: E402
 
 import fpx  # noqa: E402
 from test_triton_kernels import (attention, colsum, cumsum_sum, desc_matmul,  # noqa: E402
@@ -353,3 +354,23 @@ def test_bfloat16_matmul_and_kernels_named_through_a_module():
 
 _kmod = __import__("types").ModuleType("_kmod")
 _kmod.mm = matmul
+
+
+@triton.jit
+def _libdevice_kernel(x_ptr, o_ptr, N: tl.constexpr):
+    r = tl.arange(0, N)
+    x = tl.load(x_ptr + r)
+    y = libdevice.tanh(x) + libdevice.pow(tl.abs(x), 1.5)
+    tl.store(o_ptr + r, y + libdevice.erf(x) * libdevice.rsqrt(tl.abs(x) + 1.0))
+
+
+def test_libdevice_functions_map_to_fpx_ops():
+    def f(x):
+        o = torch.empty_like(x)
+        _libdevice_kernel[(1,)](x, o, N=x.numel())
+        return o
+    x = torch.randn(16, generator=_gen(10))
+    d = x.double()
+    ref = torch.tanh(d) + d.abs() ** 1.5 + torch.erf(d) / torch.sqrt(d.abs() + 1)
+    iv = fpx.interval(f)(x)
+    assert _inside(iv, ref) and np.max(iv.hi - iv.lo) < 1e-4

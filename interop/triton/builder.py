@@ -136,6 +136,11 @@ def _un(f_fpx):
     return op
 
 
+def _num(f, x, y):
+    """IEEE minNum/maxNum (``fmin``/``fmax``): a NaN operand gives the other."""
+    return fnp.where(fnp.isnan(x), y, fnp.where(fnp.isnan(y), x, f(x, y)))
+
+
 def _intop(f):
     def op(self, a, b):
         x, y = concrete(data(a), "integer op"), concrete(data(b), "integer op")
@@ -305,8 +310,8 @@ class FpxBuilder:
     create_maxsi = create_maxui = _intop(np.maximum)
     create_minimumf = _bin(np.minimum, fnp.minimum)
     create_maximumf = _bin(np.maximum, fnp.maximum)
-    create_minnumf = _bin(np.fmin, fnp.minimum)
-    create_maxnumf = _bin(np.fmax, fnp.maximum)
+    create_minnumf = _bin(np.fmin, lambda x, y: _num(fnp.minimum, x, y))
+    create_maxnumf = _bin(np.fmax, lambda x, y: _num(fnp.maximum, x, y))
 
     def create_ashr(self, a, b):
         x, y = concrete(data(a), "shift"), concrete(data(b), "shift")

@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import inspect
 import threading
+import weakref
 
 import numpy as np
 import torch
@@ -22,6 +23,7 @@ import fpx.numpy as fnp
 from fpx.core import Tracer
 from fpx.core import concrete as _conc
 from fpx.interop.torch.convert import to_array, to_tensor
+from fpx.interop.triton import libdevice as _libdevice
 from fpx.interop.triton import reduce as _reduce
 from fpx.interop.triton.builder import (Diverged, FpxBuilder, UnsupportedTritonOpError,
                                         concrete, data)
@@ -114,6 +116,28 @@ def _float_atomic(op):
     return f
 
 
+def _libdevice_fn(name, stock):
+    """A libdevice function: fpx's (:mod:`fpx.interop.triton.libdevice`) during an fpx launch,
+    Triton's otherwise."""
+    def f(*args, **kwargs):
+        if _current_builder() is None:
+            return stock(*args, **kwargs)
+        return _libdevice.call(name, *args)
+    f.__name__ = name
+    return f
+
+
+def _libdevice_modules():
+    import importlib
+    mods = []
+    for name in ("triton.language.extra.libdevice", "triton.language.extra.cuda.libdevice"):
+        try:
+            mods.append(importlib.import_module(name))
+        except ImportError:
+            pass
+    return mods
+
+
 _STOCK = {"ReduceOps": _interp.ReduceOps, "ScanOps": _interp.ScanOps,
           "_patch_lang_tensor": _interp._patch_lang_tensor}
 _ORIG_RUN = _interp.InterpretedFunction.run
@@ -149,6 +173,14 @@ def scope():
             _interp._patch_lang_tensor = _patch_lang_tensor
             _interp.InterpretedFunction.run = _run
             sem.atomic_max, sem.atomic_min = _float_atomic("max"), _float_atomic("min")
+            saved = []
+            for mod in _libdevice_modules():
+                for name in _libdevice.NAMES:
+                    stock = getattr(mod, name, None)
+                    if stock is not None:
+                        saved.append((mod, name, stock))
+                        setattr(mod, name, _libdevice_fn(name, stock))
+            _STATE["libdevice"] = saved
         _STATE["depth"] += 1
     _TLS.active = getattr(_TLS, "active", 0) + 1
     try:
@@ -164,6 +196,8 @@ def scope():
                 _interp.InterpretedFunction.run = _ORIG_RUN
                 del _interp.interpreter_semantic.atomic_max
                 del _interp.interpreter_semantic.atomic_min
+                for mod, name, stock in _STATE.pop("libdevice", []):
+                    setattr(mod, name, stock)
 
 
 # ---- one launch ------------------------------------------------------------------------------
@@ -257,21 +291,27 @@ def launch(mode, fn, arg_names, grid, args, kwargs):
     _write_back(mode, memory, by_storage)
 
 
+#: kernels (rewritten functions) whose programs took different Python paths: run one by one
+_SEQUENTIAL: "weakref.WeakSet" = weakref.WeakSet()
+
+
 def _run_grid(fn, cargs, builder, memory, g):
     P = g[0] * g[1] * g[2]
     if P == 0:
         return
-    b = np.arange(P)
-    builder.pids = [(b // (g[1] * g[2])).astype(np.int32), ((b // g[2]) % g[1]).astype(np.int32),
-                    (b % g[2]).astype(np.int32)]
-    snap = memory.snapshot()
-    try:
-        fn(**cargs)
-        return
-    except Diverged:
-        if P == 1:
-            raise
-        memory.restore(snap)
+    if P == 1 or fn not in _SEQUENTIAL:
+        b = np.arange(P)
+        builder.pids = [(b // (g[1] * g[2])).astype(np.int32),
+                        ((b // g[2]) % g[1]).astype(np.int32), (b % g[2]).astype(np.int32)]
+        snap = memory.snapshot()
+        try:
+            fn(**cargs)
+            return
+        except Diverged:
+            if P == 1:
+                raise
+            _SEQUENTIAL.add(fn)
+            memory.restore(snap)
     for x in range(g[0]):
         for y in range(g[1]):
             for z in range(g[2]):

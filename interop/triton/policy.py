@@ -47,7 +47,8 @@ def _triton() -> _policy.Policy:
     p = p.with_accuracy("sqrt", _F32, _gpu_or_host("sqrt", 1.5))
     p = p.with_accuracy("exp", _F32, _gpu_or_host("exp", _tables.expf_ulps))
     p = p.with_accuracy("exp2", _F32, _gpu_or_host("exp2", 2.5))
-    for name in ("log", "log2", "sin", "cos", "erf"):
+    for name in ("log", "log2", "expm1", "log1p", "sin", "cos", "tan", "tanh", "sinh", "cosh",
+                 "atan", "atan2", "pow", "erf"):    # libdevice (tl.log, tl.extra.libdevice)
         p = p.with_accuracy(name, _F32, _gpu_or_host(name, cuda.accuracy(name, _F32).ulps))
     p = p.with_accuracy("matmul", None, _policy.Accuracy(
         1.0, domain="per addition in the accumulate format (tensor cores round toward zero)",
