@@ -30,7 +30,7 @@ import math
 import numba
 import numpy as np
 
-__all__ = ["FUNCTIONS", "cr_apply", "mpfr_eval", "REL"]
+__all__ = ["FUNCTIONS", "FUNCTIONS2", "cr_apply", "mpfr_eval", "REL"]
 
 #: the relative half-width of the interval the float64 value is known to lie in
 REL = 2.0 ** -44
@@ -53,41 +53,63 @@ _F64 = {
     "tan": math.tan, "tanh": math.tanh, "sinh": math.sinh, "cosh": math.cosh,
     "atan": math.atan, "erf": math.erf, "sigmoid": _sigmoid,
 }
+#: name -> the float64 evaluator of a function of two arguments (glibc: pow and atan2 are
+#: within one float64 ulp)
+_F64_2 = {"pow": math.pow, "atan2": math.atan2}
 FUNCTIONS = tuple(_F64)
+FUNCTIONS2 = tuple(_F64_2)
 _NAN32 = np.float32(np.nan)          # 0x7fc00000
 
 
-def _make_kernels(f64):
+@numba.njit(inline="always")
+def _round32(y, out, i, bad, nb):
+    """Store float32(y) at out[i] if the interval y·(1 ± REL) rounds to one float32, else
+    record i in ``bad``; returns the new count of failures."""
+    if y != y:
+        out[i] = _NAN32
+        return nb
+    if not math.isfinite(y):
+        out[i] = np.float32(y)
+        return nb
+    e = abs(y) * REL
+    lo = np.float32(y - e)
+    hi = np.float32(y + e)
+    out[i] = lo
+    if lo.view(np.int32) != hi.view(np.int32):
+        bad[nb] = i
+        nb += 1
+    return nb
+
+
+def _make_kernels(f64, arity):
+    if arity == 1:
+        @numba.njit(nogil=True, error_model="numpy")
+        def f32_kernel(x, out, bad):
+            """float32 results: fast path and test fused; indices of failures into ``bad``."""
+            nb = 0
+            for i in range(x.size):
+                nb = _round32(f64(np.float64(x[i])), out, i, bad, nb)
+            return nb
+
+        @numba.njit(nogil=True, error_model="numpy")
+        def f64_kernel(x, out):
+            """float64 values (for narrow result formats, tested by the caller)."""
+            for i in range(x.size):
+                out[i] = f64(np.float64(x[i]))
+        return f32_kernel, f64_kernel
+
     @numba.njit(nogil=True, error_model="numpy")
-    def f32_kernel(x, out, bad):
-        """float32 results: fast path and test fused; indices of failures into ``bad``."""
+    def f32_kernel2(x, z, out, bad):
         nb = 0
         for i in range(x.size):
-            y = f64(np.float64(x[i]))
-            if y != y:
-                out[i] = _NAN32
-                continue
-            if not math.isfinite(y):
-                out[i] = np.float32(y)
-                continue
-            e = abs(y) * REL
-            lo = np.float32(y - e)
-            hi = np.float32(y + e)
-            if lo.view(np.int32) == hi.view(np.int32):
-                out[i] = lo
-            else:
-                out[i] = np.float32(y)
-                bad[nb] = i
-                nb += 1
+            nb = _round32(f64(np.float64(x[i]), np.float64(z[i])), out, i, bad, nb)
         return nb
 
     @numba.njit(nogil=True, error_model="numpy")
-    def f64_kernel(x, out):
-        """float64 values (for narrow result formats, tested by the caller)."""
+    def f64_kernel2(x, z, out):
         for i in range(x.size):
-            out[i] = f64(np.float64(x[i]))
-
-    return f32_kernel, f64_kernel
+            out[i] = f64(np.float64(x[i]), np.float64(z[i]))
+    return f32_kernel2, f64_kernel2
 
 
 _KERNELS: dict = {}
@@ -96,7 +118,8 @@ _KERNELS: dict = {}
 def _kernels(name):
     k = _KERNELS.get(name)
     if k is None:
-        k = _KERNELS[name] = _make_kernels(_F64[name])
+        k = _KERNELS[name] = (_make_kernels(_F64[name], 1) if name in _F64
+                              else _make_kernels(_F64_2[name], 2))
     return k
 
 
@@ -131,19 +154,24 @@ def _sigmoid_mpfr(x, target, gmpy2):
     raise ArithmeticError(f"fpx: sigmoid({x}) did not round at 65536 bits")  # pragma: no cover
 
 
-def mpfr_eval(name, xs, F):
-    """``name(x)`` correctly rounded into format F for each float in ``xs`` (a list of
-    Python floats), with MPFR. Returns a list of Python floats (exactly F's values)."""
+def mpfr_eval(name, xs, F, zs=None):
+    """``name(x)`` (or ``name(x, z)`` for pow and atan2, ``zs`` the second arguments)
+    correctly rounded into format F for each float in ``xs`` (a list of Python floats), with
+    MPFR. Returns a list of Python floats (exactly F's values)."""
     import gmpy2
     ctx = _ctx(F, gmpy2)
     out = []
-    for x in xs:
+    for i, x in enumerate(xs):
         xm = gmpy2.mpfr(x, 64)                 # exact: x is a value of F
         if name == "sigmoid":
             r = _sigmoid_mpfr(xm, ctx, gmpy2)
+        elif zs is not None:
+            zm = gmpy2.mpfr(zs[i], 64)
+            with gmpy2.context(ctx):
+                r = gmpy2.atan2(xm, zm) if name == "atan2" else xm ** zm
         else:
             with gmpy2.context(ctx):
-                r = getattr(gmpy2, "exp2" if name == "exp2" else name)(xm)
+                r = getattr(gmpy2, name)(xm)
         out.append(float(r))
     return out
 
@@ -151,21 +179,23 @@ def mpfr_eval(name, xs, F):
 # ---------------------------------------------------------------------------------------------
 # Entry point
 # ---------------------------------------------------------------------------------------------
-def cr_apply(name, x, F):
-    """``name`` applied to the array ``x`` of format ``F`` (float32, float16 or bfloat16),
-    correctly rounded into F; returns an array of ``x``'s dtype and shape."""
+def cr_apply(name, x, F, z=None):
+    """``name`` applied to the array ``x`` (and ``z``, the second argument of pow and atan2,
+    of x's dtype and shape) of format ``F`` (float32, float16 or bfloat16), correctly
+    rounded into F; returns an array of ``x``'s dtype and shape."""
     from fpx import formats
     f32k, f64k = _kernels(name)
     x = np.asarray(x)
     flat = np.ascontiguousarray(x).reshape(-1)
+    args = (flat,) if z is None else (flat, np.ascontiguousarray(z).reshape(-1))
     if F.name == "float32":
         out = np.empty(flat.size, np.float32)
         bad = np.empty(flat.size, np.int64)
-        nb = f32k(flat, out, bad)
+        nb = f32k(*args, out, bad)
         idx = bad[:nb]
     else:
         y = np.empty(flat.size, np.float64)
-        f64k(flat.astype(np.float64), y)
+        f64k(*(a.astype(np.float64) for a in args), y)
         with np.errstate(invalid="ignore", over="ignore"):
             e = np.abs(y) * REL
             lo = formats.round(y - np.where(np.isfinite(y), e, 0), F, "rn")
@@ -175,6 +205,7 @@ def cr_apply(name, x, F):
         ub = out.view(np.uint16)
         idx = np.flatnonzero((ub != hi.astype(x.dtype).view(np.uint16)) & ~np.isnan(y))
     if idx.size:
-        vals = mpfr_eval(name, flat[idx].astype(np.float64).tolist(), F)
+        vals = mpfr_eval(name, flat[idx].astype(np.float64).tolist(), F,
+                         None if z is None else args[1][idx].astype(np.float64).tolist())
         out[idx] = np.asarray(vals, np.float64).astype(x.dtype)
     return out.reshape(x.shape)

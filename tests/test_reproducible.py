@@ -190,8 +190,10 @@ def test_special_values_subnormals_and_signed_zeros():
 
 def test_errors_name_what_is_not_supported():
     x = data(4, 1)
-    with pytest.raises(fpx.UnsupportedOpError, match="pow"):
-        fpx.reproducible(lambda x: x ** 2.5)(x)
+    from fpx.core import Primitive
+    cbrt = Primitive("test_reproducible_cbrt", lambda B: np.cbrt, kind="transcendental")
+    with pytest.raises(fpx.UnsupportedOpError, match="test_reproducible_cbrt"):
+        fpx.reproducible(cbrt.bind)(x)          # a user's primitive: no meaning is assumed
     with pytest.raises(TypeError, match="float64 correctly rounded math not supported"):
         fpx.reproducible(np.exp)(x.astype(np.float64))
     with pytest.raises(TypeError, match="exact"):
@@ -201,3 +203,47 @@ def test_errors_name_what_is_not_supported():
     # integer programs and float64 arithmetic are reproducible as they are
     assert fpx.reproducible(np.sum)(np.arange(5)) == 10
     assert fpx.reproducible(lambda v: (v @ v).sum())(x.astype(np.float64)).dtype == np.float64
+
+
+def test_report_gives_the_fingerprint_and_keeps_outputs_ordinary():
+    x = data((4, 6), 9)
+    y, rep = fpx.reproducible(lambda x: np.exp(x).sum(axis=0), order="pairwise", check=True,
+                              report=True)(x)
+    assert type(y) is np.ndarray and y.dtype == np.float32
+    assert same(y, fpx.reproducible(lambda x: np.exp(x).sum(axis=0), order="pairwise")(x))
+    assert rep["order"] == "pairwise" and rep["checked"] is True
+    fp = rep["fingerprint"]
+    assert fp == fpx.reproducible.fingerprint()
+    assert fp["semantics"] == 1 and fp["fpx"] == fpx.__version__
+    assert fp["numpy"] == np.__version__ and fp["mpfr"].startswith("MPFR")
+    assert fpx.reproducible(np.sum)(x) == fpx.reproducible(np.sum, report=True)(x)[0]
+
+
+def test_pow_and_atan2_are_correctly_rounded_in_programs():
+    from fpx import formats
+    from fpx.kernels import crmath
+    x = np.abs(data(50, 10)) * 3
+    z = data(50, 11)
+    got = fpx.reproducible(lambda x, z: (x ** z, np.arctan2(z, x), np.power(x, 3)))(x, z)
+    F = formats.get("float32")
+    for g, (name, a, b) in zip(got, [("pow", x, z), ("atan2", z, x),
+                                     ("pow", x, np.full_like(x, 3))]):
+        want = np.asarray(crmath.mpfr_eval(name, a.astype(float).tolist(), F,
+                                           b.astype(float).tolist()), np.float32)
+        assert same(g, want)
+    assert fpx.reproducible(lambda v: v ** 3)(np.arange(4)).tolist() == [0, 1, 8, 27]
+    with pytest.raises(TypeError, match="float64 correctly rounded math not supported"):
+        fpx.reproducible(np.power)(x.astype(np.float64), 2.5)
+
+
+def test_cupy_inputs_give_the_cpu_bits():
+    cupy = pytest.importorskip("cupy")
+    try:
+        cupy.cuda.runtime.getDeviceCount()
+    except Exception:                                    # pragma: no cover
+        pytest.skip("no GPU")
+    x, w = data((64, 96), 1), data((96, 40), 2)
+    for order in ORDERS:
+        f = fpx.reproducible(lambda x, w: fnn.softmax(np.tanh(x @ w), axis=-1), order=order)
+        g = f(cupy.asarray(x), cupy.asarray(w))
+        assert type(g).__module__.startswith("cupy") and same(g.get(), f(x, w))

@@ -167,3 +167,59 @@ def test_the_known_double_rounding_inputs_of_log_are_fixed():
     ref = _mpfr("log", x)
     assert not _same(naive, ref).any()
     assert _same(crmath.cr_apply("log", x, F32), ref).all()
+
+
+def _inputs2(name, n, seed):
+    """(x, z) pairs for pow and atan2: random bit patterns for both (every binade, specials
+    included), and pairs where pow's result stays in float32's range or atan2's quotient is
+    moderate; plus special pairs."""
+    rng = np.random.default_rng(seed)
+    q = n // 3
+    x1 = rng.integers(0, 2 ** 32, q, dtype=np.uint64).astype(np.uint32).view(np.float32)
+    z1 = rng.integers(0, 2 ** 32, q, dtype=np.uint64).astype(np.uint32).view(np.float32)
+    if name == "pow":
+        x2 = np.exp2(rng.uniform(-20, 20, n - q)).astype(np.float32)
+        x2[::3] *= -1                                      # negative bases, integer powers
+        z2 = rng.uniform(-6, 6, n - q).astype(np.float32)
+        z2[::3] = np.round(z2[::3])
+        z2[1::3] = rng.uniform(-4, 4, len(z2[1::3])).astype(np.float32)
+    else:
+        x2 = rng.standard_normal(n - q).astype(np.float32) * 10 ** rng.uniform(-5, 5, n - q)
+        z2 = rng.standard_normal(n - q).astype(np.float32) * 10 ** rng.uniform(-5, 5, n - q)
+    sp = np.array([0.0, -0.0, 1.0, -1.0, np.inf, -np.inf, np.nan, 0.5, 2.0, 2.0 ** -149],
+                  np.float32)
+    xs, zs = np.meshgrid(sp, sp)
+    return (np.concatenate([x1, x2.astype(np.float32), xs.ravel()]),
+            np.concatenate([z1, z2.astype(np.float32), zs.ravel()]))
+
+
+def _mpfr2(name, x, z, F=F32):
+    with np.errstate(all="ignore"):
+        return np.asarray(crmath.mpfr_eval(name, x.astype(np.float64).tolist(), F,
+                                           z.astype(np.float64).tolist()),
+                          np.float64).astype(x.dtype)
+
+
+@pytest.mark.parametrize("name", crmath.FUNCTIONS2)
+def test_pow_and_atan2_agree_with_mpfr(name):
+    """3·10^4 pairs against MPFR directly (C99 Annex F's special cases among them), and
+    10^6 more against NumPy's float64 function with a test far from every float32 midpoint
+    (MPFR for the rest); exact midpoints (pow(1 + 2^-12, 2)) included."""
+    x, z = _inputs2(name, 30_000, 1)
+    with np.errstate(all="ignore"):
+        got = crmath.cr_apply(name, x, F32, z)
+    assert _same(got, _mpfr2(name, x, z)).all()
+    x, z = _inputs2(name, 1_000_000, 2)
+    with np.errstate(all="ignore"):
+        got = crmath.cr_apply(name, x, F32, z)
+        d, dz = x.astype(np.float64), z.astype(np.float64)
+        y = np.power(d, dz) if name == "pow" else np.arctan2(d, dz)
+        e = np.where(np.isfinite(y), np.abs(y) * 2.0 ** -36, 0)
+        lo, hi = (y - e).astype(np.float32), (y + e).astype(np.float32)
+    easy = (lo.view(np.uint32) == hi.view(np.uint32)) & ~np.isnan(y)
+    assert _same(got[easy], lo[easy]).all()
+    assert _same(got[~easy], _mpfr2(name, x[~easy], z[~easy])).all()
+    if name == "pow":
+        mid = np.array([1 + 2.0 ** -12], np.float32)           # squares to a float32 midpoint
+        assert _same(crmath.cr_apply("pow", mid, F32, np.float32([2.0])),
+                     _mpfr2("pow", mid, np.float32([2.0])))

@@ -9,8 +9,9 @@ import torch
 import torch.utils._pytree as _pytree
 
 from fpx import tree
-from fpx.core import FpxError, concrete
+from fpx.core import FpxError, concrete, current_interpreter
 from fpx.core import is_cupy as _is_cupy
+from fpx.interop.torch import aten_grad  # noqa: F401  (the backward and optimizer ops)
 from fpx.interop.torch.convert import to_array, to_tensor
 from fpx.interop.torch.table import (Ctx, Lazy, UnmappedOpError, conform, is_arr, layout_of,
                                      lookup, meta_of)
@@ -38,6 +39,8 @@ class _FpxMode(torch.utils._python_dispatch.TorchDispatchMode):
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
+        if func.namespace == "profiler":        # optimizers' record_function: no values
+            return func(*args, **kwargs)
         name, h = lookup(func)
         inplace = False
         if h is None and str(func.overloadpacket).endswith("_"):
@@ -64,14 +67,32 @@ class _FpxMode(torch.utils._python_dispatch.TorchDispatchMode):
                                         "dispatch-mode fallback)")
         if inplace:
             target = args[0]
-            if target._base is not None or any(
-                    e[0] is not target and e[0].untyped_storage().data_ptr() ==
-                    target.untyped_storage().data_ptr() for e in self.env.values()):
-                raise FpxError(f"fpx.interop.torch: in-place '{name}' on a tensor that shares "
-                               "memory with another (a view): not supported by the fallback")
-        out = func(*args, **kwargs)
+            ptr = target.untyped_storage().data_ptr()
+            aliases = [k for k, e in self.env.items()
+                       if e[0] is not target and e[0].untyped_storage().data_ptr() == ptr]
+            if target._base is not None or aliases:
+                if not getattr(current_interpreter(), "plain_values", False):
+                    raise FpxError(f"fpx.interop.torch: in-place '{name}' on a tensor that "
+                                   "shares memory with another (a view): not supported by "
+                                   "the fallback")
+                # the transform's values are plain arrays, which the tensors hold (every
+                # result is copied into its tensor): the aliases are read afresh from memory
+                for k in aliases:
+                    del self.env[k]
+        # fpx's operands are read before torch runs the op, and an in-place op (an
+        # optimizer's param.add_) must not change them first: operands that are zero-copy
+        # arrays of the target's memory (a parameter, a lifted constant) are copied
         fargs = _pytree.tree_map(self.value_of, args)
         fkwargs = _pytree.tree_map(self.value_of, kwargs)
+        if inplace and args[0].device.type == "cpu":
+            mem = to_array(args[0])
+
+            def snapshot(v):
+                if isinstance(v, np.ndarray) and np.may_share_memory(v, mem):
+                    return v.copy()
+                return v
+            fargs, fkwargs = _pytree.tree_map(snapshot, (fargs, fkwargs))
+        out = func(*args, **kwargs)
         metas = meta_of(out) if isinstance(out, (torch.Tensor, list, tuple)) else []
         ctx = Ctx(name, metas, self.xp, [layout_of(a) for a in args])
         res = conform(h(ctx, *fargs, **fkwargs), ctx)
@@ -107,7 +128,13 @@ def _decomposition(func):
 
 
 def dispatch_fn(module, state_names):
-    """``fn(params, *args, **kwargs)`` running ``module`` eagerly under the fpx dispatch mode."""
+    """``fn(params, *args, **kwargs)`` running ``module`` eagerly under the fpx dispatch mode.
+    A module runs under ``no_grad``; a function of tensors (:class:`FnModule`) in the
+    caller's grad mode, so that a training step's ``loss.backward()`` runs autograd's
+    backward ATen ops under the mode too, and its optimizer's in-place updates."""
+    from fpx.interop.torch.export import FnModule
+    is_fn = isinstance(module, FnModule)
+
     def fn(params, *args, **kwargs):
         xp = np
         for v in _pytree.tree_leaves((args, kwargs, params)):
@@ -124,7 +151,7 @@ def dispatch_fn(module, state_names):
             return v
         targs, tkwargs = _pytree.tree_map(tens, (args, kwargs))
         tparams = {k: tens(v) for k, v in params.items()}
-        with torch.no_grad(), mode:
+        with torch.set_grad_enabled(is_fn and torch.is_grad_enabled()), mode:
             out = torch.func.functional_call(module, tparams, tuple(targs), tkwargs,
                                              strict=False)
         return tree.tree_map(mode.value_of, out)     # fpx containers: dataclasses too

@@ -5,6 +5,6 @@ meaning, dtype and environment checks), ``elementwise`` (correctly rounded math,
 test and MPFR fallback), ``transform`` (the user's function and ``check``)."""
 from fpx.transforms.reproducible import elementwise, sums  # noqa: F401  (register the rules)
 from fpx.transforms.reproducible.interpreter import ORDERS, ReproducibleInterpreter
-from fpx.transforms.reproducible.transform import reproducible
+from fpx.transforms.reproducible.transform import fingerprint, reproducible
 
-__all__ = ["reproducible", "ReproducibleInterpreter", "ORDERS"]
+__all__ = ["reproducible", "fingerprint", "ReproducibleInterpreter", "ORDERS"]

@@ -41,6 +41,30 @@ for _name in crmath.FUNCTIONS:
     _rule(_name)(_cr(_name))
 
 
+def _cr2(name):
+    def rule(self, prim, x, z):
+        vx, vz = value(x), value(z)
+        with np.errstate(all="ignore"):
+            dummy = [v if np.isscalar(v) and not isinstance(v, np.generic)
+                     else np.ones(1, np.asarray(v).dtype) for v in (vx, vz)]
+            dt = np.asarray(prim.impl_for(NUMPY)(*dummy)).dtype
+        if not is_float(np.empty(0, dt)):             # integer powers: exact (NumPy's)
+            return self.new(self.bind_parent(prim, vx, vz))
+        F = float_format(dt, name)
+        if F.name == "float64":
+            raise TypeError(f"fpx.reproducible: {name} of float64: float64 correctly rounded "
+                            f"math not supported yet (docs/reproducible.md, 'Limits')")
+        ax, az = np.broadcast_arrays(np.asarray(vx).astype(dt, copy=False),
+                                     np.asarray(vz).astype(dt, copy=False))
+        out = crmath.cr_apply(name, ax, F, az)
+        return self.new(out if out.ndim else out[()])
+    return rule
+
+
+for _name in crmath.FUNCTIONS2:
+    _rule(_name)(_cr2(_name))
+
+
 @_rule("cast")
 def _cast(self, prim, x, *, to):
     """float64 -> bfloat16 (or tf32) by one exact rounding: ml_dtypes goes through float32."""

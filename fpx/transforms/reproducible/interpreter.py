@@ -8,9 +8,14 @@ from fpx import formats
 from fpx.core import Composite, EvalInterpreter, FpxError, Interpreter, Tracer, concrete
 from fpx.primitives import KIND_OF
 
-__all__ = ["ReproducibleInterpreter", "ORDERS", "value", "float_format", "check_environment"]
+__all__ = ["ReproducibleInterpreter", "ORDERS", "SEMANTICS", "value", "float_format",
+           "check_environment"]
 
 ORDERS = ("sequential", "pairwise", "exact")
+
+#: the version of docs/reproducible.md's meaning of the operations: results computed under
+#: equal versions have equal bits (raised whenever an operation's meaning changes)
+SEMANTICS = 1
 
 # kinds whose NumPy evaluation already has the spec's platform-free meaning: exact results,
 # IEEE's correctly rounded + - * / sqrt fma, comparisons, selections, movement, npy_divmod
@@ -20,6 +25,10 @@ _IEEE_KINDS = ("exact", "rounded", "compare", "select", "movement", "divmod")
 class ReproducibleInterpreter(Interpreter):
     """Evaluates a program under docs/reproducible.md's meaning; ``alt`` picks the other
     schedule ``check=True`` compares with (the bits must not change)."""
+
+    #: values are plain arrays (the torch adapter's dispatch mode may re-read a tensor's
+    #: value from its memory after an in-place op on an alias of it)
+    plain_values = True
 
     def __init__(self, parent, order="sequential", alt=False):
         super().__init__(parent)
