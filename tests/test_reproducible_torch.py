@@ -200,3 +200,33 @@ def test_check_refuses_functions_of_tensors_and_report_names_torch():
         fpx.reproducible(lambda a: a.exp(), check=True)(a)
     y, rep = fpx.reproducible(mlp(), report=True, check=True)(torch.randn(3, 20))
     assert isinstance(y, torch.Tensor) and rep["fingerprint"]["torch"] == torch.__version__
+
+
+@pytest.mark.parametrize("nd", [1, 2])
+def test_convolution_backward_and_scatter_add_match_torch(nd):
+    """The backward ops fpx writes itself: convolution_backward (stride, padding, dilation,
+    groups) against autograd's, scatter_add with repeated indices against its sequential
+    definition."""
+    g = torch.Generator().manual_seed(10)
+    conv = F.conv1d if nd == 1 else F.conv2d
+    x = torch.randn((3, 4) + (11,) * nd, generator=g)
+    w = torch.randn((6, 2) + (3,) * nd, generator=g)
+    b = torch.randn(6, generator=g)
+    gy = torch.randn_like(conv(x, w, b, stride=2, padding=1, dilation=2, groups=2))
+
+    def grads(x, w, b, gy):
+        x, w, b = (t.detach().requires_grad_() for t in (x, w, b))
+        y = conv(x, w, b, stride=2, padding=1, dilation=2, groups=2)
+        return torch.autograd.grad(y, (x, w, b), gy)
+    got = fpx.reproducible(grads)(x, w, b, gy)
+    for a, r in zip(got, grads(x, w, b, gy)):
+        assert a.shape == r.shape and torch.allclose(a, r, rtol=1e-4, atol=1e-5)
+    src = torch.randn(4, 50, generator=g)
+    idx = torch.randint(0, 5, (4, 50), generator=g)
+    base = torch.randn(4, 5, generator=g)
+    got = fpx.reproducible(lambda b, i, s: torch.scatter_add(b, 1, i, s))(base, idx, src)
+    want = base.clone()
+    for r in range(4):
+        for k in range(50):
+            want[r, idx[r, k]] = want[r, idx[r, k]] + src[r, k]
+    assert same(got, want)

@@ -39,6 +39,7 @@ table              :data:`ATEN_OPS`, :func:`register_aten`, the handlers' shared
 aten_math          handlers: elementwise arithmetic, functions, logic, reductions
 aten_nn            handlers: matmuls, convolutions, norms, softmax, attention, pooling
 aten_movement      handlers: exact movement, constants
+aten_grad          handlers: backward ops and optimizer updates (training steps)
 export             ``torch.export`` and the graph interpreter
 dispatch           the ``TorchDispatchMode`` fallback
 program            :class:`TorchProgram`, :func:`build`, :func:`from_module`, the cache
@@ -51,7 +52,7 @@ The adapter knows no transform: it converts arrays and tensors, and fpx result l
 The torch-specific math of the ATen ops is in :mod:`fpx.nn` composites, so every transform
 sees the same named ops in a torch program as in a NumPy one.
 """
-from fpx.interop.torch import aten_math, aten_movement, aten_nn  # noqa: F401  (the handlers)
+from fpx.interop.torch import aten_grad, aten_math, aten_movement, aten_nn  # noqa: F401
 from fpx.interop.torch.adapter import BoundProgram, adapt
 from fpx.interop.torch.convert import np_dtype, to_array, to_tensor, torch_dtype
 from fpx.interop.torch.layers import child_layers, fine_layers, record_calls

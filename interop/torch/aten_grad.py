@@ -7,7 +7,7 @@ import numpy as np
 
 import fpx.numpy as fnp
 from fpx.core import concrete
-from fpx.interop.torch.table import cast, dim_of, dtype_of, elementwise, opmath, shape_of
+from fpx.interop.torch.table import cast, dim_of, dtype_of, opmath, shape_of
 from fpx.interop.torch.table import register_aten as _op
 
 

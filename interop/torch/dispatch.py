@@ -11,7 +11,6 @@ import torch.utils._pytree as _pytree
 from fpx import tree
 from fpx.core import FpxError, concrete, current_interpreter
 from fpx.core import is_cupy as _is_cupy
-from fpx.interop.torch import aten_grad  # noqa: F401  (the backward and optimizer ops)
 from fpx.interop.torch.convert import to_array, to_tensor
 from fpx.interop.torch.table import (Ctx, Lazy, UnmappedOpError, conform, is_arr, layout_of,
                                      lookup, meta_of)
