@@ -1,7 +1,7 @@
 """fpx.probe: programs per minute on inductor, and fixed-tolerance oracles vs fpx on the same runs.
 
 1. ``fpx.probe.fuzz("inductor", time=...)``: generate + mutate + compile + check, one sandbox,
-   one torch thread (the rate TorchProbe reports for its setup: 8 graphs in 111 s, 4.3/min).
+   one torch thread, an empty inductor cache (TorchProbe's setup: 8 graphs in 111 s, 4.3/min).
    On the same compiled outputs, three oracles: fpx.classify (a bug only outside the seed's
    sound round-off bound), TorchProbe's ``np.allclose(rtol=1e-2, atol=1e-4)`` (NaN/Inf
    skipped) and ``torch.testing.assert_close``'s defaults. Inductor is taken as correct here,
@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 import time
 
 
@@ -73,7 +72,9 @@ def main(argv=None):
     import fpx.probe
     from fpx.probe import Config, Sandbox
     secs = args.seconds or (22.0 if args.quick else 300.0)
-    sb = Sandbox()
+    import tempfile
+    cache = tempfile.TemporaryDirectory(prefix="fpx-probe-inductor-")
+    sb = Sandbox(env={"TORCHINDUCTOR_CACHE_DIR": cache.name})     # cold compiles, as a fresh run
     try:
         t0 = time.perf_counter()
         sb.run(fpx.probe.Job("def program(x):\n    return (x,)\n", "def program(x):\n"
@@ -88,6 +89,7 @@ def main(argv=None):
                                  config=pcfg, timeout=120, sandbox=sb)
     finally:
         sb.close()
+        cache.cleanup()
     rate = 60.0 * ind.programs / ind.seconds
     oi, op = oracle_counts(ind), oracle_counts(planted)
     print(ind.table())
@@ -103,9 +105,11 @@ def main(argv=None):
     print(f"planted approx-exp: {planted.programs} programs, fpx finds {op['fpx_wrong']} wrong; "
           f"allclose(1e-2, 1e-4) passes {op['fpx_wrong_torchprobe_match']} of them, "
           f"torch.testing {op['fpx_wrong_torch_testing_match']}")
-    for k, status, _, _ in ind.records:
+    for k, status, _, tol in ind.records:
         if status == "wrong":
             print(f"  inspect: inductor program {k} judged wrong")
+        elif tol and not all(tol.values()):
+            print(f"  program {k}: fpx {status}; fixed tolerances {tol}")
     print(json.dumps({
         "benchmark": "probe", "quick": args.quick, "inductor_seconds": round(ind.seconds, 1),
         "inductor_programs": ind.programs, "inductor_programs_per_min": round(rate, 2),

@@ -169,7 +169,7 @@ def fuzz(backend, *, programs: int | None = None, time: float | None = None, see
             report.duplicates += 1
             return
         seen.add(sig)
-        report.findings.append(_finding(k, Case(case.seed, applied), source, job, outcome,
+        report.findings.append(_finding(k, Case(case.seed, applied), source, outcome,
                                         spec, opts, local, minimize_budget, out))
 
     try:
@@ -200,21 +200,21 @@ def fuzz(backend, *, programs: int | None = None, time: float | None = None, see
     return report
 
 
-def _finding(k, case, source, job, outcome, spec, opts, sandbox, budget, out) -> Finding:
+def _finding(k, case, source, outcome, spec, opts, sandbox, budget, out) -> Finding:
     kind = outcome.status
     original = source
+
+    def same(o):
+        return o.status == kind and (kind != "crash" or o.error_type == outcome.error_type)
     if budget > 0:
-        def interesting(c):
-            _, _, j = _run_case(c, spec, opts)
-            o = sandbox.run(j)
-            return o.status == kind and (kind != "crash" or o.error_type == outcome.error_type)
-        small = minimize(case, interesting, budget=budget if kind != "hang" else min(budget, 4),
+        small = minimize(case, lambda c: same(sandbox.run(_run_case(c, spec, opts)[2])),
+                         budget=budget if kind != "hang" else min(budget, 4),
                          program=kind != "hang")
-        if small is not case:
-            source, applied, job2 = _run_case(small, spec, opts)
+        small_source, applied, job2 = _run_case(small, spec, opts)
+        if small_source != source:
             o = sandbox.run(job2)
-            if o.status == kind:                       # keep the small one only if it still fails
-                case, job, outcome = Case(small.seed, applied), job2, o
+            if same(o):                                # keep the small one only if it still fails
+                case, source, outcome = Case(small.seed, applied), small_source, o
     f = Finding(kind, outcome.verdict if kind == "wrong" else None, source, None, k,
                 list(case.plan), error=outcome.error, error_type=outcome.error_type,
                 report=outcome.report, numbers=outcome.numbers,

@@ -10,8 +10,6 @@ from __future__ import annotations
 import ast
 from dataclasses import dataclass, field
 
-import numpy as np
-
 NAME = "program"
 
 

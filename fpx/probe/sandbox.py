@@ -195,10 +195,13 @@ def check(job: Job) -> Outcome:
 
 
 class Sandbox:
-    """A child process that checks jobs; :meth:`run` answers within ``job.timeout`` seconds."""
+    """A child process that checks jobs; :meth:`run` answers within ``job.timeout`` seconds.
+    ``threads``: torch's threads in the child; ``env``: variables added to the child's
+    environment (e.g. ``TORCHINDUCTOR_CACHE_DIR`` for cold compiles)."""
 
-    def __init__(self, threads: int = 1, startup_timeout: float = 180.0):
+    def __init__(self, threads: int = 1, startup_timeout: float = 180.0, env: dict | None = None):
         self.threads, self.startup_timeout = threads, startup_timeout
+        self.env = dict(env or {})
         self.proc = None
 
     def _start(self):
@@ -206,7 +209,7 @@ class Sandbox:
         r1, w1 = os.pipe()          # parent -> child
         r2, w2 = os.pipe()          # child -> parent
         self.err = tempfile.TemporaryFile()
-        env = dict(os.environ, OMP_NUM_THREADS=str(self.threads))
+        env = dict(os.environ, OMP_NUM_THREADS=str(self.threads), **self.env)
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "fpx.probe.sandbox", str(r1), str(w2), str(self.threads)],
             pass_fds=(r1, w2), stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
@@ -285,7 +288,7 @@ def _serve(rfd: int, wfd: int, threads: int):
     from multiprocessing.connection import Connection
     recv, send = Connection(rfd, writable=False), Connection(wfd, readable=False)
     import torch
-    import fpx            # noqa: F401
+    import fpx.interop.torch  # noqa: F401  (imported once, before the first case)
     torch.set_num_threads(threads)
     send.send_bytes(b"ready")
     while True:
