@@ -85,8 +85,7 @@ class InjectInterpreter(Interpreter):
         """[(fault number, fault, rng)] of the faults that hit GEMM ``n`` at ``site``."""
         out = []
         for k, f in enumerate(self.faults):
-            if f.op is None or (isinstance(f.op, (int, np.integer)) and not isinstance(f.op, bool)
-                                and int(f.op) == n) or (isinstance(f.op, str) and site.matches(f.op)):
+            if _selects(f.op, site, n):
                 rng = self._fire(k, f, (0, n))
                 if rng is not None:
                     out.append((k, f, rng))
@@ -230,6 +229,15 @@ class InjectInterpreter(Interpreter):
             site, n = self._store_for
             out = self._hit(out, k, f, r, "output", site, n)
         return Tracer(self, out)
+
+
+def _selects(op, site, n) -> bool:
+    """Does a fault's ``op`` select GEMM number ``n`` at ``site``?"""
+    if op is None:
+        return True
+    if isinstance(op, str):
+        return site.matches(op)
+    return int(op) == n
 
 
 def _item(v, idx):

@@ -37,21 +37,23 @@ class _Stats:
 
 
 def sums(A, B, C):
-    """The row check's sums: ``(chk, obs, b_sum, a_sum)`` with chk = A (B [r1 r2]) and
-    obs = C [r1 r2] ((G, M, 2)), B's row sums b_sum = B r1 ((G|1, K)) and A's row sums, all
-    in the accumulator's dtype. Matrix-vector products are einsum's single-threaded SIMD loops,
-    not BLAS: a multithreaded GEMV of a few hundred microseconds waits tens of milliseconds
-    for its threads on a loaded machine."""
-    N, K = C.shape[-1], A.shape[-1]
+    """The detection sums: ``(chk, obs, b_sum)`` with chk = A (B r1) ((G|Ga, M)), obs = C r1
+    ((G, M)) and B's row sums b_sum = B r1 ((G|1, K)), in the accumulator's dtype (NumPy's
+    pairwise sums; einsum's single-threaded SIMD dot products, not a BLAS GEMV, which on a
+    loaded machine waits for its threads far longer than it computes). The weighted sums
+    that locate a fault (:func:`_located`) are computed only for the rows that fail."""
     dt = C.dtype
-    r2 = np.arange(1, N + 1, dtype=dt)
-    b1 = B.sum(axis=-1, dtype=dt)                       # pairwise sums (NumPy's)
-    b2 = np.einsum("...kn,n->...k", B, r2)
-    chk = np.stack([np.einsum("...mk,...k->...m", A, b1),
-                    np.einsum("...mk,...k->...m", A, b2)], axis=-1)
-    obs = np.stack([C.sum(axis=-1, dtype=dt), np.einsum("...mn,n->...m", C, r2)], axis=-1)
-    a_sum = A.sum(axis=-1, dtype=dt)
-    return chk, obs, b1, a_sum
+    b1 = B.sum(axis=-1, dtype=dt)
+    return np.einsum("...mk,...k->...m", A, b1), C.sum(axis=-1, dtype=dt), b1
+
+
+def _located(A, B, C, g, i, d1, b2):
+    """j = D2/D1 - 1 for row i of batch g (None where it is not a column index)."""
+    N = C.shape[-1]
+    r2 = np.arange(1, N + 1, dtype=C.dtype)
+    d2 = float(np.dot(C[g, i], r2)) - float(np.dot(A[g, i], b2[g]))
+    q = d2 / d1 - 1.0 if d1 != 0 else np.nan
+    return int(np.rint(q)) if np.isfinite(q) and 0 <= np.rint(q) < N else None
 
 
 def _round_out(x, out):
@@ -70,21 +72,18 @@ def _rows_checked(A, B, C, *, tfun, info, correct, out, st, transpose):
     G, M, N = C.shape
     K = A.shape[-1]
     exact = C.dtype.kind in "iu"
-    with np.errstate(all="ignore"):
-        chk, obs, b_sum, a_sum = sums(A, B, C)
-        if exact:
-            D = (obs - np.broadcast_to(chk, obs.shape)).astype(np.float64)
-            T = np.zeros((G, M))
-        else:
-            D = obs.astype(np.float64) - chk.astype(np.float64)
-            info.K, info.N = K, N
-            info.b_sum, info.a_sum = b_sum.astype(np.float64), a_sum.astype(np.float64)
-            info.C = C
-            T = np.broadcast_to(np.asarray(tfun(A, B, info), np.float64), (G, M))
-        ok = np.isfinite(np.broadcast_to(chk, obs.shape)).all(-1)
-        fin = np.isfinite(obs).all(-1)
-        E = np.abs(D[..., 0])
-        bad = ok & (~fin | (E > T))
+    chk, obs, b_sum = sums(A, B, C)
+    if exact:
+        D = (obs - np.broadcast_to(chk, obs.shape)).astype(np.float64)
+        T = np.zeros((G, M))
+    else:
+        D = obs.astype(np.float64) - chk.astype(np.float64)
+        info.K, info.N, info.b_sum, info.C = K, N, b_sum.astype(np.float64), C
+        T = np.broadcast_to(np.asarray(tfun(A, B, info), np.float64), (G, M))
+    ok = np.isfinite(np.broadcast_to(chk, obs.shape))
+    fin = np.isfinite(obs)
+    E = np.abs(D)
+    bad = ok & (~fin | (E > T))
     st.unverified += int(M * G - ok.sum())
     good = ok & fin
     if good.any():
@@ -98,17 +97,16 @@ def _rows_checked(A, B, C, *, tfun, info, correct, out, st, transpose):
         st.threshold = max(st.threshold, float(np.nanmax(np.where(ok, T, 0.0))))
     if not bad.any():
         return
-    chk0 = np.broadcast_to(chk[..., 0], (G, M))
+    chk0 = np.broadcast_to(chk, (G, M))
     Ab = np.broadcast_to(A, (G,) + A.shape[1:])
     Bb = np.broadcast_to(B, (G,) + B.shape[1:])
+    b2 = np.broadcast_to(np.einsum("...kn,n->...k", B, np.arange(1, N + 1, dtype=C.dtype)),
+                         (G, K))
     for g, i in zip(*np.nonzero(bad)):
         st.detected += 1
         row = C[g, i]
-        with np.errstate(all="ignore"):
-            q = D[g, i, 1] / D[g, i, 0] - 1.0
-        if np.isfinite(q) and 0 <= np.rint(q) < N:
-            j = int(np.rint(q))
-        else:                    # a weighted sum overflowed, or a non-finite result: the
+        j = _located(Ab, Bb, C, g, i, D[g, i], b2) if fin[g, i] else None
+        if j is None:            # a weighted sum overflowed, or a non-finite result: the
             nf = np.flatnonzero(~np.isfinite(row))         # one non-finite element, else
             j = int(nf[0]) if nf.size == 1 else None if nf.size else \
                 int(np.argmax(np.abs(row)))                # the outlier (re-verified below)
@@ -117,22 +115,23 @@ def _rows_checked(A, B, C, *, tfun, info, correct, out, st, transpose):
         if not correct:
             continue
 
-        def passes():
-            s = row.sum(dtype=row.dtype) if not exact else row.sum()
-            with np.errstate(all="ignore"):
-                e = abs(float(s) - float(chk0[g, i])) if not exact else abs(int(s) - int(chk0[g, i]))
-            return np.isfinite(s) and e <= T[g, i]
-
         if j is not None:
             row[j] = _round_out(np.dot(Ab[g, i], Bb[g, :, j]), out)
-            if passes():
+            if _passes(row, chk0[g, i], T[g, i], exact):
                 st.corrected += 1
                 continue
         row[:] = _round_out(np.matmul(Ab[g, i], Bb[g]), out)
-        if passes():
+        if _passes(row, chk0[g, i], T[g, i], exact):
             st.recomputed += 1
         else:
             st.uncorrected += 1
+
+
+def _passes(row, target, t, exact) -> bool:
+    """Does a corrected row verify against its checksum?"""
+    s = row.sum(dtype=row.dtype)
+    e = abs(int(s) - int(target)) if exact else abs(float(s) - float(target))
+    return bool(np.isfinite(e) and e <= t)
 
 
 def check(A, B, C, *, tfun, info: Info, checksums, correct, out):

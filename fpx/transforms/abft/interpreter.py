@@ -7,14 +7,15 @@ from __future__ import annotations
 import numpy as np
 
 from fpx import formats
-from fpx.core import PRIMITIVES, Composite, EvalInterpreter, FpxError, Interpreter, Tracer, concrete
+from fpx.core import (PRIMITIVES, Composite, EvalInterpreter, FpxError, Interpreter, Tracer,
+                      concrete, is_cupy)
 from fpx.transform import own
 from fpx.transforms.abft import check as _check
 from fpx.transforms.abft.gemm import GEMM, STORE, Site, batch3, model_of, site_layer
 from fpx.transforms.abft.report import GemmRecord, Report
 from fpx.transforms.abft.thresholds import Info, e_max_for, resolve
 
-__all__ = ["AbftInterpreter", "WEIGHT_OPERAND", "operand_values"]
+__all__ = ["AbftInterpreter", "WEIGHT_OPERAND", "operand_values", "check_options"]
 
 #: which operand of the GEMM a layer's weight is, per contraction (conv: w_mat @ cols)
 WEIGHT_OPERAND = {"conv": 0, "conv_transpose": 0, "linear": 1}
@@ -22,8 +23,28 @@ WEIGHT_OPERAND = {"conv": 0, "conv_transpose": 0, "linear": 1}
 
 def operand_values(args):
     """The concrete arrays behind the operands (own or outer tracers, arrays, scalars)."""
-    return [np.asarray(concrete(a)) if not isinstance(concrete(a), np.ndarray) else concrete(a)
-            for a in args]
+    out = []
+    for a in args:
+        v = concrete(a)
+        if is_cupy(v):
+            raise FpxError("fpx.abft/fpx.inject: CuPy arrays are not supported yet; pass NumPy "
+                           "arrays (or CPU torch tensors)")
+        out.append(v if isinstance(v, np.ndarray) else np.asarray(v))
+    return out
+
+
+def check_options(threshold, c_sigma, verify, checksums, output):
+    """Raise for an option fpx.abft does not know (before anything runs)."""
+    resolve(threshold)
+    if verify not in ("online", "offline"):
+        raise ValueError(f"fpx.abft: verify must be 'online' or 'offline', got {verify!r}")
+    if checksums not in ("auto", "row", "column", "both"):
+        raise ValueError(f"fpx.abft: checksums must be 'auto', 'row', 'column' or 'both', got "
+                         f"{checksums!r}")
+    if not float(c_sigma) >= 0:
+        raise ValueError(f"fpx.abft: c_sigma must be a non-negative number, got {c_sigma!r}")
+    if output is not None:
+        formats.get(output)
 
 
 class AbftInterpreter(Interpreter):
@@ -38,11 +59,7 @@ class AbftInterpreter(Interpreter):
         if not (isinstance(parent, EvalInterpreter) or getattr(parent, "concrete_values", False)):
             raise FpxError(f"fpx.abft: running inside {type(parent).__name__} is not supported; "
                            "fpx.abft runs on concrete arrays (fpx.inject may enclose it)")
-        if verify not in ("online", "offline"):
-            raise ValueError(f"fpx.abft: verify must be 'online' or 'offline', got {verify!r}")
-        if checksums not in ("auto", "row", "column", "both"):
-            raise ValueError(f"fpx.abft: checksums must be 'auto', 'row', 'column' or 'both', got "
-                             f"{checksums!r}")
+        check_options(threshold, c_sigma, verify, checksums, output)
         self.tfun = resolve(threshold)
         self.e_max, self.c_sigma, self.correct = e_max, float(c_sigma), bool(correct)
         self.verify, self.checksums = verify, checksums

@@ -24,11 +24,10 @@ class Info:
     """What a threshold may use: ``fmt`` (Format of the verified values: the accumulator's
     online, the output's offline), ``acc`` (the accumulator's Format), ``out`` (the output's),
     ``verify``, ``K``, ``N`` (inner and checked dimension), ``e_max``, ``c_sigma``,
-    ``b_sum`` ((G|1, K) float64: B's row sums as the checksum computed them), ``a_sum``
-    ((G, M) float64: A's row sums) and ``C`` (the result as verified, (G, M, N))."""
+    ``b_sum`` ((G|1, K) float64: B's row sums as the checksum computed them) and ``C`` (the
+    result as verified, (G, M, N))."""
 
-    __slots__ = ("fmt", "acc", "out", "verify", "K", "N", "e_max", "c_sigma", "b_sum", "a_sum",
-                 "C")
+    __slots__ = ("fmt", "acc", "out", "verify", "K", "N", "e_max", "c_sigma", "b_sum", "C")
 
     def __init__(self, **kw):
         for k in self.__slots__:
@@ -51,7 +50,7 @@ def vabft(A, B, info):
     + c sqrt(N) s_A sqrt(sum s_Bk^2)), per row of A; O(MK + KN) (max, min, mean)."""
     K, N, c = info.K, info.N, info.c_sigma
     with np.errstate(all="ignore"):
-        mu_a, var_a = _mean_var(A, info.a_sum, K)
+        mu_a, var_a = _mean_var(A, A.sum(axis=-1, dtype=A.dtype).astype(np.float64), K)
         mu_b, var_b = _mean_var(B, info.b_sum, N)
         s1 = np.abs(mu_b).sum(-1)[..., None]
         s2 = var_b.sum(-1)[..., None]
@@ -80,7 +79,7 @@ def aabft(A, B, info, y=None):
             y = (np.abs(A).max(axis=-1).astype(np.float64)
                  * np.abs(info.b_sum).max(axis=-1, initial=0.0)[..., None])
     return 3.0 * aabft_sigma(info.K, info.fmt.p, 1.0) * np.asarray(y, np.float64) \
-        * np.ones(info.a_sum.shape)
+        * np.ones(A.shape[:-1])
 
 
 class AAbft:

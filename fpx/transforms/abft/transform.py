@@ -9,7 +9,7 @@ from fpx.core import Tracer
 from fpx.transform import run, transformed
 from fpx.transforms.abft import check as _check
 from fpx.transforms.abft.gemm import model_of, param_names
-from fpx.transforms.abft.interpreter import AbftInterpreter
+from fpx.transforms.abft.interpreter import AbftInterpreter, check_options
 from fpx.transforms.abft.thresholds import PRESETS
 
 __all__ = ["abft", "calibrate", "Calibration"]
@@ -34,7 +34,7 @@ def _abft(f, *, threshold="v-abft", e_max=None, c_sigma=2.5, correct=True, verif
     """
     opts = dict(threshold=threshold, e_max=e_max, c_sigma=c_sigma, correct=correct,
                 verify=verify, output=output, checksums=checksums)
-    AbftInterpreter(_Dummy(), **opts)           # validate the options now
+    check_options(threshold, c_sigma, verify, checksums, output)
 
     def body(ad):
         names = param_names(ad)
@@ -42,10 +42,6 @@ def _abft(f, *, threshold="v-abft", e_max=None, c_sigma=2.5, correct=True, verif
                           Tracer, ad.fn, ad.args, ad.kwargs, lambda i, x: _unwrap(i, x))
         return (out, interp.report) if report else out
     return transformed(f, body)
-
-
-class _Dummy:
-    concrete_values = True
 
 
 def _unwrap(interp, x):
@@ -106,8 +102,8 @@ def calibrate(dtype, sizes=(64, 128, 256, 512), trials=100, *, verify="online", 
             C = np.matmul(A, B)
             if offline:
                 C = C.astype(model.out.dtype).astype(acc)
-            chk, obs, _, _ = _check.sums(A, B, C)
-            chk, obs = chk[..., 0].astype(np.float64), obs[..., 0].astype(np.float64)
+            chk, obs, _ = _check.sums(A, B, C)
+            chk, obs = chk.astype(np.float64), obs.astype(np.float64)
             worst = max(worst, float(np.max(np.abs(obs - chk) / np.abs(chk))))
             left -= g
         per[(M, K, N)] = worst
