@@ -374,3 +374,18 @@ def test_libdevice_functions_map_to_fpx_ops():
     ref = torch.tanh(d) + d.abs() ** 1.5 + torch.erf(d) / torch.sqrt(d.abs() + 1)
     iv = fpx.interval(f)(x)
     assert _inside(iv, ref) and np.max(iv.hi - iv.lo) < 1e-4
+
+
+@triton.jit
+def _const_kernel(o_ptr):
+    r = tl.arange(0, 4)
+    tl.store(o_ptr + r, tl.full((4,), 1.0, tl.float32) / 3.0)
+
+
+def test_arithmetic_on_constants_inside_a_kernel_is_bounded_too():
+    def f(x):
+        o = torch.empty_like(x)
+        _const_kernel[(1,)](o)
+        return o + x
+    iv = fpx.interval(f)(torch.zeros(4))
+    assert np.all(iv.lo < 1 / 3) and np.all(1 / 3 < iv.hi)       # not the point fl(1/3)

@@ -101,15 +101,16 @@ def _h(x, ty):
     return Handle(x, ty.scalar if hasattr(ty, "scalar") else ty)
 
 
-def _batched(x, nd):
-    """``x`` with its program axis and ``nd`` block dims."""
-    return x if np.ndim(x) == nd + 1 else x.reshape((np.shape(x)[0],) + (1,) * nd)
+def is_float(x) -> bool:
+    """A floating-point value (float16/32/64, bfloat16, float8): its arithmetic rounds, so it
+    always goes through fpx -- constants too (the transform bounds their rounding)."""
+    return np.dtype(x.dtype).kind in "fV"
 
 
 def _bin(f_np, f_fpx):
     def op(self, a, b):
         x, y = data(a), data(b)
-        if traced(x, y):
+        if traced(x, y) or is_float(x):
             return _h(f_fpx(x, y), a.dtype)
         with np.errstate(all="ignore"):
             out = f_np(x, y)
@@ -129,7 +130,7 @@ def _cmp(f_np, f_fpx):
 def _un(f_fpx):
     def op(self, a):
         x = data(a)
-        if not traced(x):
+        if not traced(x) and not is_float(x):          # integers: exact
             with np.errstate(all="ignore"), using(EVAL):
                 return _h(f_fpx(x), a.dtype)
         return _h(f_fpx(x), a.dtype)
@@ -269,9 +270,9 @@ class FpxBuilder:
                 return _h(fnp.astype(x, dt), dst_type)
             with np.errstate(all="ignore"):
                 return _h(np.asarray(x).astype(dt), dst_type)
-        if x.dtype == dt:
+        if np.dtype(x.dtype) == dt:
             return _h(x, dst_type)
-        return _h(fnp.astype(x, dt), dst_type)
+        return _h(fnp.astype(x, dt), dst_type)       # a float result rounds: through fpx
 
     create_si_to_fp = create_ui_to_fp = create_fp_to_si = create_fp_to_ui = _cast
     create_fp_ext = create_fp_trunc = _cast
@@ -355,16 +356,10 @@ class FpxBuilder:
 
     def create_rsqrt(self, a):
         x = data(a)
-        xp = ns(x)
-        with np.errstate(all="ignore"):
-            return _h(xp.divide(np.ones((), x.dtype), xp.sqrt(x)), a.dtype)
+        return _h(fnp.divide(np.ones((), x.dtype), fnp.sqrt(x)), a.dtype)
 
     def create_fma(self, x, y, z):
-        a, b, c = data(x), data(y), data(z)
-        if not traced(a, b, c):
-            from fpx.kernels.elementwise import fma
-            return _h(np.asarray(fma(a, b, c)).astype(c.dtype), z.dtype)
-        return _h(fnp.fma(a, b, c), z.dtype)
+        return _h(fnp.fma(data(x), data(y), data(z)), z.dtype)
 
     def create_select(self, c, a, b):
         cond, x, y = data(c), data(a), data(b)

@@ -4,13 +4,18 @@ program, restored when the last one leaves, and dispatching per thread so a plai
 launch in another thread keeps the stock semantics), and the launch itself -- shadow memory
 from the torch values fpx carries, the grid run with all programs at once where the kernel's
 Python control flow allows (else one program at a time, in grid order), and the results
-written back to those values.
+written back to those values. The interpreter's internals this module touches
+(``interpreter_semantic.builder``, ``ReduceOps``/``ScanOps``, ``_patch_lang``,
+``_patch_lang_tensor``, ``_implicit_cvt``, ``InterpretedFunction.run``, ``TensorHandle``) are
+named here and in :mod:`~fpx.interop.triton.builder` only: the one place where Triton versions
+differ (before 3.9 ``_patch_lang`` returns no scope and patches for good).
 """
 from __future__ import annotations
 
 import contextlib
 import inspect
 import threading
+import types
 import weakref
 
 import numpy as np
@@ -66,11 +71,15 @@ def _uniform(t, why):
     return first
 
 
-def _patch_lang_tensor(tensor, scope):
+def _patch_lang_tensor(tensor, scope=None):
     """The interpreter's tensor hooks (``__index__``, ``__bool__``, ``.T``), each dispatching
     per thread: fpx's (program axis, :class:`Diverged`) during an fpx launch, Triton's
     otherwise (left behind harmlessly if a concurrent stock launch restores them late)."""
-    _STOCK["_patch_lang_tensor"](tensor, scope)
+    if scope is None:                              # triton < 3.9: patched for good
+        _STOCK["_patch_lang_tensor"](tensor)
+        scope = types.SimpleNamespace(set_attr=setattr)
+    else:
+        _STOCK["_patch_lang_tensor"](tensor, scope)
     stock = {n: tensor.__dict__[n] for n in ("__index__", "__bool__", "T")}
 
     def _index(self):
@@ -286,7 +295,8 @@ def launch(mode, fn, arg_names, grid, args, kwargs):
         builder.grid_dim = g
         _run_grid(fn, cargs, builder, memory, g)
     finally:
-        scope_.restore()
+        if scope_ is not None:                     # triton >= 3.9 restores triton.language
+            scope_.restore()
         _TLS.builder = prev
     _write_back(mode, memory, by_storage)
 

@@ -9,9 +9,7 @@ import numpy as np
 import triton.language as tl
 
 import fpx.numpy as fnp
-from fpx.core import EVAL, using
-from fpx.interop.triton.builder import (Handle, UnsupportedTritonOpError, data, np_dtype,
-                                        traced)
+from fpx.interop.triton.builder import Handle, UnsupportedTritonOpError, data
 
 _UNARY = {"exp": fnp.exp, "exp2": fnp.exp2, "expm1": fnp.expm1, "log": fnp.log,
           "log2": fnp.log2, "log1p": fnp.log1p, "sin": fnp.sin, "cos": fnp.cos, "tan": fnp.tan,
@@ -40,14 +38,9 @@ def call(name, *args):
     ref = next((t for t in ts if t.dtype.is_floating()), ts[0])
     if not ref.dtype.is_floating():
         raise UnsupportedTritonOpError(f"libdevice.{name}", "on integers")
-    dt = np_dtype(ref.dtype)
     xs = [data(sem.cast(t, ref.dtype).handle) for t in ts]
     f = _UNARY.get(name) or _BINARY.get(name) or _TERNARY.get(name)
     if f is None:
         raise UnsupportedTritonOpError(f"libdevice.{name}")
-    if traced(*xs):
-        out = f(*xs)
-    else:
-        with np.errstate(all="ignore"), using(EVAL):
-            out = f(*[np.asarray(x, dt) for x in xs])
+    out = f(*xs)                   # floats round: through fpx, constants too
     return tl.core.tensor(Handle(out, ref.dtype.scalar), ref.type)

@@ -113,8 +113,8 @@ class Buffer:
         z = _cat([self.flat] + vals + [np.zeros(1, self.dtype)])
         rows = _take(z, mat)
         red = {"add": fnp.sum, "max": fnp.max, "min": fnp.min}[op]
-        if isinstance(rows, Tracer):
-            new = red(rows, axis=1)
+        if isinstance(rows, Tracer) or (op == "add" and self.dtype.kind in "fV"):
+            new = red(rows, axis=1)                  # float sums round, constants too
         else:
             new = {"add": np.sum, "max": np.max, "min": np.min}[op](rows, axis=1).astype(
                 self.dtype)

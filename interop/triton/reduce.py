@@ -26,6 +26,12 @@ def _ns(x):
     return fnp if isinstance(x, Tracer) else np
 
 
+def _acc(x):
+    """The namespace of an accumulation over ``x``: fpx for floats (constants too: their sums
+    round), NumPy for integers (exact)."""
+    return fnp if isinstance(x, Tracer) or np.dtype(x.dtype).kind in "fV" else np
+
+
 def _flat(x):
     """The block dims of ``x`` as one (for axis=None)."""
     return _ns(x).reshape(x, (np.shape(x)[0], -1))
@@ -53,7 +59,7 @@ class ReduceOps:
         f = self.combine_fn
         dts = [t.dtype for t in inputs]
         if f is _std._sum_combine:
-            res = [_ns(xs[0]).sum(xs[0], axis=ax)]
+            res = [_acc(xs[0]).sum(xs[0], axis=ax)]
         elif f is _std._elementwise_max:
             res = [_ns(xs[0]).max(xs[0], axis=ax)]
         elif f is _std._elementwise_min:
@@ -117,7 +123,7 @@ class ScanOps:
         if self.reverse:
             xs = [_ns(x).flip(x, axis=ax) for x in xs]
         if self.combine_fn is _std._sum_combine:
-            res = [_ns(xs[0]).cumsum(xs[0], axis=ax)]
+            res = [_acc(xs[0]).cumsum(xs[0], axis=ax)]
         else:
             res = self._fold(xs, ax, [t.dtype for t in inputs])
         if self.reverse:
