@@ -389,3 +389,23 @@ def test_arithmetic_on_constants_inside_a_kernel_is_bounded_too():
         return o + x
     iv = fpx.interval(f)(torch.zeros(4))
     assert np.all(iv.lo < 1 / 3) and np.all(1 / 3 < iv.hi)       # not the point fl(1/3)
+
+
+@triton.jit
+def _inplace_kernel(x_ptr, n, BLOCK: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    m = offs < n
+    x = tl.load(x_ptr + offs, mask=m)
+    tl.store(x_ptr + offs, x * 3.0 + 1.0, mask=m)
+
+
+def test_a_kernel_updating_an_input_in_place_leaves_the_callers_tensor_alone():
+    def f(x):
+        _inplace_kernel[(2,)](x, x.numel(), BLOCK=32)
+        _inplace_kernel[(2,)](x, x.numel(), BLOCK=32)      # reads the first launch's values
+        return x
+    x = torch.randn(50, generator=_gen(11))
+    keep = x.clone()
+    iv = fpx.interval(f)(x)
+    assert torch.equal(x, keep)
+    assert _inside(iv, (x.double() * 3 + 1) * 3 + 1)

@@ -26,8 +26,7 @@ from triton.runtime import interpreter as _interp
 
 import fpx.numpy as fnp
 from fpx.core import Tracer
-from fpx.core import concrete as _conc
-from fpx.interop.torch.convert import to_array, to_tensor
+from fpx.interop.torch.convert import to_array
 from fpx.interop.triton import libdevice as _libdevice
 from fpx.interop.triton import reduce as _reduce
 from fpx.interop.triton.builder import (Diverged, FpxBuilder, UnsupportedTritonOpError,
@@ -242,18 +241,21 @@ def _buffer(t, views, mode):
     flat = np.array(to_array(whole))
     pieces, imap, count = [flat], None, n
     for v_t in views:
-        v = mode.value_of(v_t)
-        if not isinstance(v, Tracer):
-            continue                   # the storage holds fpx's concrete values already
+        e = mode.env.get(id(v_t))
+        if e is None or e[0] is not v_t:
+            continue                   # not a value of the program: the storage holds it
+        v = e[1]
         if v_t.is_contiguous() and v_t.storage_offset() == 0 and v_t.numel() == n and \
                 len(views) == 1:
-            return Buffer(st.data_ptr(), fnp.reshape(v, (-1,)), flat.dtype)
+            return Buffer(st.data_ptr(), fnp.reshape(v, (-1,)) if isinstance(v, Tracer)
+                          else np.ravel(v), flat.dtype)
         imap = np.arange(n) if imap is None else imap
         imap[_positions(v_t).ravel()] = count + np.arange(v_t.numel())
-        pieces.append(fnp.reshape(v, (-1,)))
+        pieces.append(fnp.reshape(v, (-1,)) if isinstance(v, Tracer) else np.ravel(v))
         count += v_t.numel()
     if imap is not None:
-        flat = fnp.concatenate(pieces)[imap]
+        flat = fnp.concatenate(pieces)[imap] if any(isinstance(p, Tracer) for p in pieces) \
+            else np.concatenate([np.ravel(p) for p in pieces])[imap]
     return Buffer(st.data_ptr(), flat, np.dtype(flat.dtype))
 
 
@@ -330,8 +332,9 @@ def _run_grid(fn, cargs, builder, memory, g):
 
 
 def _write_back(mode, memory, by_storage):
-    """Each tensor of a written storage takes its new fpx value; torch's copy holds its
-    concrete values (so code after the launch computes on what fpx computed)."""
+    """Each tensor of a written storage takes its new fpx value in the dispatch mode (which
+    every later torch op and launch reads). Torch's memory is not written: it may be the
+    caller's (an input a kernel updates in place), and fpx never writes the caller's tensors."""
     written = {b.base: b for b in memory.buffers if b.written}
     if not written:
         return
@@ -345,7 +348,3 @@ def _write_back(mode, memory, by_storage):
         for t in ts:
             v = flat[_positions(t)] if isinstance(flat, Tracer) else np.take(flat, _positions(t))
             mode.bind(t, v)
-            c = _conc(v)
-            if tuple(np.shape(c)) == tuple(t.shape):     # (a stochastic value has samples)
-                with _pd._disable_current_modes(), torch.no_grad():
-                    t.copy_(to_tensor(np.asarray(c)).to(t.dtype))
