@@ -409,3 +409,44 @@ def test_a_kernel_updating_an_input_in_place_leaves_the_callers_tensor_alone():
     iv = fpx.interval(f)(x)
     assert torch.equal(x, keep)
     assert _inside(iv, (x.double() * 3 + 1) * 3 + 1)
+
+
+@triton.jit
+def _desc_rows_kernel(x_ptr, idx_ptr, o_ptr, acc_ptr, N, R: tl.constexpr, C: tl.constexpr):
+    src = tl.make_tensor_descriptor(x_ptr, shape=[N, C], strides=[C, 1], block_shape=[1, C])
+    dst = tl.make_tensor_descriptor(o_ptr, shape=[R, C], strides=[C, 1], block_shape=[1, C])
+    acc = tl.make_tensor_descriptor(acc_ptr, shape=[R, C], strides=[C, 1], block_shape=[R, C])
+    rows = tl.load(idx_ptr + tl.arange(0, R))
+    g = src.gather(rows, 0) * 2.0                       # gathered rows
+    dst.scatter(g, tl.arange(0, R), 0)
+    acc.atomic_add([0, 0], g)                           # every program adds its rows
+
+
+def test_descriptor_gather_scatter_and_atomic_add():
+    def f(x, idx):
+        o = torch.empty((8, 16))
+        acc = torch.zeros((8, 16))
+        _desc_rows_kernel[(3,)](x, idx, o, acc, x.shape[0], R=8, C=16)
+        return o, acc
+    g = _gen(12)
+    x = torch.randn(20, 16, generator=g)
+    idx = torch.randint(0, 20, (8,), generator=g, dtype=torch.int32)
+    ref = 2 * x.double()[idx.long()]
+    iv_o, iv_acc = fpx.interval(f)(x, idx)
+    assert _inside(iv_o, ref) and _inside(iv_acc, 3 * ref)
+
+
+@triton.jit
+def _count_kernel(i_ptr, f_ptr):
+    tl.atomic_add(i_ptr, 1)                       # the same update in every program
+    tl.atomic_add(f_ptr, 0.1)
+
+
+def test_a_program_independent_atomic_happens_once_per_program():
+    def f(x):
+        i = torch.zeros(1, dtype=torch.int32)
+        _count_kernel[(5,)](i, x)
+        return i, x
+    i, iv = fpx.interval(f)(torch.zeros(1))
+    assert int(np.asarray(i.value if hasattr(i, "value") else i).ravel()[0]) == 5
+    assert _inside(iv, torch.tensor([0.5]))

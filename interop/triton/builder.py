@@ -168,6 +168,11 @@ class FpxBuilder:
             return getattr(self._stock, name)
         raise UnsupportedTritonOpError(name)
 
+    @property
+    def programs(self) -> int:
+        """How many programs run together (the program axis' full length)."""
+        return int(np.shape(self.pids[0])[0])
+
     def get_bf16(self, value):
         return _h(np.array([value], dtype=np_dtype(tl.bfloat16)), tl.bfloat16)
 
@@ -209,13 +214,13 @@ class FpxBuilder:
         m = None if mask is None else concrete(data(mask), "an atomic mask")
         if name not in ("fadd", "add", "max", "min", "umax", "umin", "xchg"):
             raise UnsupportedTritonOpError(f"atomic_rmw {name}")
-        old = self.memory.atomic(name, data(ptr), data(val), m)
+        old = self.memory.atomic(name, data(ptr), data(val), m, self.programs)
         return _h(old, val.dtype)
 
     def atomic_float(self, op, ptr, val, mask):
         """A float atomic max/min (``launch`` routes ``tl.atomic_max``/``min`` here)."""
         m = None if mask is None else concrete(data(mask), "an atomic mask")
-        return _h(self.memory.atomic(op, data(ptr), data(val), m), val.dtype)
+        return _h(self.memory.atomic(op, data(ptr), data(val), m, self.programs), val.dtype)
 
     def create_atomic_load(self, ptr, mask, sem, scope):
         return self.create_masked_load(ptr, mask, None, None, True)
@@ -259,6 +264,37 @@ class FpxBuilder:
 
     def create_descriptor_store(self, desc, value, indices):
         ptrs, mask = self._desc_ptrs(desc, indices)
+        self.memory.store(ptrs, data(value), mask)
+
+    def create_descriptor_reduce(self, kind, desc, value, indices):
+        """``desc.atomic_add/min/max``: the atomics of the block's elements."""
+        op = str(kind).split(".")[-1].lower()
+        if op not in ("add", "min", "max"):
+            raise UnsupportedTritonOpError(f"descriptor atomic_{op}")
+        ptrs, mask = self._desc_ptrs(desc, indices)
+        self.memory.atomic(op, ptrs, data(value), mask, self.programs)
+
+    def _gather_ptrs(self, desc, x_offsets, y_offset):
+        """Pointers and mask of rows ``x_offsets`` (B, n), columns from ``y_offset``."""
+        isz = desc.base.dtype.element_ty.primitive_bitwidth // 8
+        rows = concrete(data(x_offsets), "gather rows").astype(np.int64)[..., None]
+        start = concrete(data(y_offset), "gather column").astype(np.int64).reshape(-1, 1, 1)
+        cols = start + np.arange(desc.block_shape[-1]).reshape(1, 1, -1)
+        s0, n0, n1 = (int(concrete(data(h), "a descriptor").reshape(-1)[0])
+                      for h in (desc.strides[0], desc.shape[0], desc.shape[1]))
+        base = np.asarray(data(desc.base), np.uint64).reshape(-1, 1, 1)
+        ptrs = base + (isz * (rows * s0 + cols)).astype(np.uint64)
+        mask = (rows >= 0) & (rows < n0) & (cols >= 0) & (cols < n1)
+        return ptrs, np.broadcast_to(mask, ptrs.shape)
+
+    def create_descriptor_gather(self, desc, x_offsets, y_offset, type):
+        ptrs, mask = self._gather_ptrs(desc, x_offsets, y_offset)
+        dt = np_dtype(desc.base.dtype.element_ty)
+        return _h(self.memory.load(ptrs, mask, np.zeros((), dt), dt),
+                  desc.base.dtype.element_ty)
+
+    def create_descriptor_scatter(self, desc, value, x_offsets, y_offset):
+        ptrs, mask = self._gather_ptrs(desc, x_offsets, y_offset)
         self.memory.store(ptrs, data(value), mask)
 
     # -- casts ------------------------------------------------------------------------------------

@@ -189,9 +189,12 @@ class Memory:
                 np.broadcast_to(vals, shape)
         buf.store(idx, vals, None if mask is None else mask.ravel())
 
-    def atomic(self, op, ptrs, vals, mask):
+    def atomic(self, op, ptrs, vals, mask, programs=1):
+        """``op`` at ``ptrs`` by each of ``programs`` programs (an update the same in every
+        program still happens once per program: the leading axis is widened to them)."""
         shape = np.broadcast_shapes(np.shape(ptrs), np.shape(vals), (
             np.shape(mask) if mask is not None else ()))
+        shape = np.broadcast_shapes(shape, (programs,) + (1,) * (len(shape) - 1))
         ptrs = np.broadcast_to(ptrs, shape)
         if mask is not None:
             mask = np.broadcast_to(mask, shape)
