@@ -6,6 +6,9 @@
 2. Correctly rounded exp on 10^7 float32 (10^6 with ``--quick``) vs ``np.exp`` (NumPy's SIMD
    kernel, up to 2.3 ulp). Target <= 3x.
 3. A float32 MLP forward (batch 256, 784-512-512-10, tanh, softmax) under each order vs plain.
+4. The same MLP as a torch module (where torch is installed): its forward, and a training step
+   (forward, cross-entropy, ``loss.backward()``, SGD with momentum) under ``sequential`` vs
+   plain torch (MKL, threads).
 
 Ends with one JSON line.
 """
@@ -45,7 +48,8 @@ def main(argv=None):
 
     m = 10 ** 6 if args.quick else 10 ** 7
     x = (rng.standard_normal(m) * 20).astype(np.float32)
-    t_exp_np = timeit(lambda: np.exp(x), reps)
+    with np.errstate(over="ignore"):
+        t_exp_np = timeit(lambda: np.exp(x), reps)
     cr_exp = fpx.reproducible(np.exp)
     t_exp = timeit(lambda: cr_exp(x), reps)
     r_exp = t_exp / t_exp_np
@@ -60,6 +64,7 @@ def main(argv=None):
            for o in ("sequential", "exact")}
     print(f"MLP 256x784-512-512-10: plain {t_mlp * 1e3:.1f} ms; " + ", ".join(
         f"{o} {v * 1e3:.1f} ms ({v / t_mlp:.1f}x)" for o, v in t_m.items()))
+    torch_r = _torch_mlp(reps, xb, ws)
     print(json.dumps({
         "benchmark": "reproducible", "allocator": allocator(), "matmul_n": n,
         "matmul_numpy_ms": round(t_np * 1e3, 2),
@@ -68,7 +73,45 @@ def main(argv=None):
         "exp_n": m, "exp_numpy_ms": round(t_exp_np * 1e3, 2), "exp_ratio": round(r_exp, 2),
         "target_exp_ratio": 3.0, "mlp_plain_ms": round(t_mlp * 1e3, 2),
         **{f"mlp_{o}_ratio": round(v / t_mlp, 2) for o, v in t_m.items()},
+        **torch_r,
         "pass": bool(r["sequential"] <= 3 and r["exact"] <= 6 and r_exp <= 3)}))
+
+
+def _torch_mlp(reps, xb, ws):
+    """The MLP as a torch module: forward and one SGD training step, reproducible vs plain
+    (ratios; {} without torch)."""
+    try:
+        import torch
+    except ImportError:
+        return {}
+    nn, F = torch.nn, torch.nn.functional
+    torch.manual_seed(0)
+    net = nn.Sequential(nn.Linear(784, 512), nn.Tanh(), nn.Linear(512, 512), nn.Tanh(),
+                        nn.Linear(512, 10))
+    with torch.no_grad():
+        for lin, w in zip(net[::2], ws):
+            lin.weight.copy_(torch.from_numpy(w.T.copy()))
+    x, y = torch.from_numpy(xb), torch.arange(len(xb)) % 10
+    opt = torch.optim.SGD(net.parameters(), lr=1e-3, momentum=0.9)
+
+    def step(x, y):
+        opt.zero_grad()
+        loss = F.cross_entropy(net(x), y)
+        loss.backward()
+        opt.step()
+        return loss
+    with torch.no_grad():
+        t_fwd = timeit(lambda: net(x), reps)
+    t_fwd_r = timeit(lambda: fpx.reproducible(net.eval())(x), reps)
+    t_step = timeit(lambda: step(x, y), reps)
+    t_step_r = timeit(lambda: fpx.reproducible(step)(x, y), reps)
+    print(f"torch MLP: forward plain {t_fwd * 1e3:.1f} ms, reproducible {t_fwd_r * 1e3:.1f} ms "
+          f"({t_fwd_r / t_fwd:.1f}x); training step plain {t_step * 1e3:.1f} ms, "
+          f"reproducible {t_step_r * 1e3:.1f} ms ({t_step_r / t_step:.1f}x)")
+    return {"torch_mlp_forward_plain_ms": round(t_fwd * 1e3, 2),
+            "torch_mlp_forward_ratio": round(t_fwd_r / t_fwd, 2),
+            "torch_train_step_plain_ms": round(t_step * 1e3, 2),
+            "torch_train_step_ratio": round(t_step_r / t_step, 2)}
 
 
 if __name__ == "__main__":

@@ -124,6 +124,74 @@ def _kernels(name):
 
 
 # ---------------------------------------------------------------------------------------------
+# exp of float32: the fast path without a libm call, vectorized (SIMD) and threaded
+# ---------------------------------------------------------------------------------------------
+_LN2_HI = 6.93147180369123816490e-01 / 32  # ln2/32 to 32 bits (fdlibm's ln2 hi): k·_LN2_HI exact
+_LN2_LO = 1.90821492927058770002e-10 / 32  # ln2/32 - _LN2_HI to float64
+_INV_LN2 = 32 * 1.44269504088896338700e+00
+_MAGIC = 6755399441055744.0                # 1.5·2^52: adding it rounds to an integer
+#: 2^(j/32), j = 0..31, each rounded to float64 (relative error <= 2^-53)
+_EXP2_TABLE = np.array([2.0 ** (j / 32) for j in range(32)])
+_C2, _C3, _C4, _C5 = 1 / 2, 1 / 6, 1 / 24, 1 / 120
+
+
+_CHUNK = 4096
+
+
+@numba.njit(parallel=True, nogil=True, error_model="numpy", fastmath=False)
+def _exp32(x, out, bad, counts):
+    """exp of float32 ``x``: x clamped to [-200, 200] (exp(±200) round to inf and +0 in
+    float32 as the true values beyond do); x = (32m + j)·ln2/32 + r with |r| <= ln2/64 +
+    2^-40 (k·_LN2_HI and x - k·_LN2_HI exact for |k| < 2^14); exp(x) = 2^m·2^(j/32)·exp(r),
+    exp(r) by its Taylor polynomial of degree 5 (remainder below 2^-48.7 relative), the table
+    entry within 2^-53, the rest rounded a few times: relative error below 2^-47, inside
+    the REL interval; then :func:`_round32`'s float32 rounding test. Chunks of _CHUNK
+    elements run in parallel (every element is independent: the bits do not depend on the
+    threads); chunk c lists its undecided indices in ``bad[c·_CHUNK:]``, their number in
+    ``counts[c]``."""
+    n = x.size
+    tab = _EXP2_TABLE
+    for ch in numba.prange((n + _CHUNK - 1) // _CHUNK):
+        start = ch * _CHUNK
+        stop = min(n, start + _CHUNK)
+        flags = np.empty(stop - start, np.uint8)
+        for i in range(start, stop):            # vectorized: no branches, no calls
+            xd = np.float64(x[i])
+            xc = -200.0 if xd < -200.0 else (200.0 if xd > 200.0 else xd)
+            xc = xc if xc == xc else 0.0
+            kf = (xc * _INV_LN2 + _MAGIC) - _MAGIC
+            r = (xc - kf * _LN2_HI) - kf * _LN2_LO
+            p = ((((_C5 * r + _C4) * r + _C3) * r + _C2) * r + 1.0) * r + 1.0
+            k = np.int64(kf)
+            scale = np.int64(((k >> 5) + 1023) << 52).view(np.float64)
+            y = (tab[k & 31] * p) * scale
+            e = y * REL
+            lo = np.float32(y - e)
+            hi = np.float32(y + e)
+            nan = xd != xd
+            out[i] = _NAN32 if nan else lo
+            flags[i - start] = 0 if nan else (1 if lo != hi else 0)
+        nb = 0
+        for i in range(start, stop):
+            if flags[i - start]:
+                bad[start + nb] = i
+                nb += 1
+        counts[ch] = nb
+
+
+def _exp32_apply(flat):
+    """(exp(flat) in float32 where decided, the indices of the undecided elements)."""
+    out = np.empty(flat.size, np.float32)
+    bad = np.empty(flat.size, np.int64)
+    counts = np.empty(-(-flat.size // _CHUNK), np.int64)
+    _exp32(flat, out, bad, counts)
+    chunks = np.flatnonzero(counts)
+    idx = np.concatenate([bad[c * _CHUNK:c * _CHUNK + counts[c]] for c in chunks]) \
+        if chunks.size else np.empty(0, np.int64)
+    return out, idx
+
+
+# ---------------------------------------------------------------------------------------------
 # MPFR: the slow path (and the tests' reference)
 # ---------------------------------------------------------------------------------------------
 def _ctx(F, gmpy2):
@@ -188,7 +256,9 @@ def cr_apply(name, x, F, z=None):
     x = np.asarray(x)
     flat = np.ascontiguousarray(x).reshape(-1)
     args = (flat,) if z is None else (flat, np.ascontiguousarray(z).reshape(-1))
-    if F.name == "float32":
+    if F.name == "float32" and name == "exp" and flat.dtype == np.float32:
+        out, idx = _exp32_apply(flat)
+    elif F.name == "float32":
         out = np.empty(flat.size, np.float32)
         bad = np.empty(flat.size, np.int64)
         nb = f32k(*args, out, bad)
