@@ -450,3 +450,18 @@ def test_a_program_independent_atomic_happens_once_per_program():
     i, iv = fpx.interval(f)(torch.zeros(1))
     assert int(np.asarray(i.value if hasattr(i, "value") else i).ravel()[0]) == 5
     assert _inside(iv, torch.tensor([0.5]))
+
+
+def test_tf32_bound_holds_round_to_nearest_and_truncated_operands():
+    g = _gen(13)
+    a, b = torch.randn(16, 64, generator=g), torch.randn(64, 16, generator=g)
+    iv = fpx.interval(lambda a, b: matmul(a, b, "tf32"))(a, b)
+
+    def tf32(x, trunc):
+        bits = x.numpy().view(np.uint32).astype(np.uint64)
+        if not trunc:
+            bits = bits + 0xFFF + ((bits >> 13) & 1)
+        return torch.from_numpy((bits & 0xFFFFE000).astype(np.uint32).view(np.float32))
+    for trunc in (False, True):
+        ref = tf32(a, trunc).double() @ tf32(b, trunc).double()
+        assert _inside(iv, ref), trunc

@@ -50,6 +50,7 @@ def _triton() -> _policy.Policy:
     for name in ("log", "log2", "expm1", "log1p", "sin", "cos", "tan", "tanh", "sinh", "cosh",
                  "atan", "atan2", "pow", "erf"):    # libdevice (tl.log, tl.extra.libdevice)
         p = p.with_accuracy(name, _F32, _gpu_or_host(name, cuda.accuracy(name, _F32).ulps))
+    p = p.with_accuracy("cast", "tf32", cuda.accuracy("cast", "tf32"))   # RN or truncation
     p = p.with_accuracy("matmul", None, _policy.Accuracy(
         1.0, domain="per addition in the accumulate format (tensor cores round toward zero)",
         source="Fasi et al. 2021"))
