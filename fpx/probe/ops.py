@@ -234,7 +234,7 @@ def norm(b):
     n = a.shape[-1]
     affine = b.rng.random() < 0.6
     w = b.new_input((n,), a.dtype, scale=1.0).name if affine else "None"
-    if b.rng.random() < 0.6 or a.dtype != "float32":   # rms_norm: float32 only (handoff)
+    if b.rng.random() < 0.6:
         bias = b.new_input((n,), a.dtype, scale=0.5).name if affine else "None"
         return f"{F}layer_norm({a.name}, ({n},), {w}, {bias})", a.shape, a.dtype
     return f"{F}rms_norm({a.name}, ({n},), {w})", a.shape, a.dtype
