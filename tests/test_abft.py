@@ -56,6 +56,18 @@ def test_zero_false_positives_over_ten_thousand_clean_trials(dtype, verify):
         assert 0 < g.ratio < 1
 
 
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+def test_no_false_positive_on_long_positive_sums(dtype):
+    """|N(1, 1)| inputs with K up to 4096: the calibration's worst case, where e_max grows
+    like sqrt(K)."""
+    rng = np.random.default_rng(9)
+    for K in (1024, 4096):
+        A = np.abs(rng.normal(1, 1, (12, 16, K))).astype(dtype)
+        B = np.abs(rng.normal(1, 1, (12, K, 16))).astype(dtype)
+        _, rep = abft(mm, report=True, correct=False)(A, B)
+        assert rep.gemms[0].detected == 0 and rep.gemms[0].ratio < 1
+
+
 def test_clean_float_gemm_is_the_plain_blas_result():
     rng = np.random.default_rng(0)
     for dt in (np.float32, np.float64):
@@ -434,3 +446,5 @@ def test_empty_batched_vector_and_bad_shapes():
     assert out.dtype == bool and rep.gemms[0].checks == ()
     with pytest.raises(ValueError, match="mismatch"):
         g(np.ones((3, 4)), np.ones((5, 3)))
+    with pytest.raises(fpx.FpxError, match="not supported"):
+        fpx.trace(abft(mm))(np.ones((3, 3)), np.ones((3, 3)))
