@@ -54,21 +54,39 @@ def dist(name, rng, shape):
 
 
 def overhead(n, rounds):
+    """End-to-end time of ``fpx.abft(matmul)`` over the plain GEMM (medians of interleaved
+    rounds), and the verification alone (checksums, V-ABFT threshold, comparison: what abft
+    adds to the BLAS call) over the plain GEMM -- the second is what a loaded machine's
+    +-20% swings in the GEMM's own time do not drown."""
+    from fpx import formats
+    from fpx.transforms.abft import check, thresholds
     rng = np.random.default_rng(0)
     A = rng.standard_normal((n, n)).astype(np.float32)
     B = rng.standard_normal((n, n)).astype(np.float32)
-    runs = {"plain": lambda: A @ B, "v-abft": abft(mm), "rigorous": abft(mm, threshold="rigorous"),
-            "both": abft(mm, checksums="both")}
+    C3 = (A @ B)[None]
+    f32 = formats.get("float32")
+
+    def verify_only():
+        info = thresholds.Info(fmt=f32, acc=f32, out=f32, verify="online", c_sigma=2.5,
+                               e_max=thresholds.e_max_for(None, f32, n, n))
+        check.check(A[None], B[None], C3, tfun=thresholds.vabft, info=info, checksums="auto",
+                    correct=True, out=None)
+
+    runs = {"plain": lambda: A @ B, "verify": verify_only, "v-abft": abft(mm),
+            "rigorous": abft(mm, threshold="rigorous"), "both": abft(mm, checksums="both")}
     ts = {k: [] for k in runs}
-    for k, f in runs.items():
-        f() if k == "plain" else f(A, B)
+    call = {k: (f if k in ("plain", "verify") else (lambda f=f: f(A, B))) for k, f in runs.items()}
+    for k in runs:
+        call[k]()
     for _ in range(rounds):
-        for k, f in runs.items():
+        for k in runs:
             t0 = time.perf_counter()
-            f() if k == "plain" else f(A, B)
+            call[k]()
             ts[k].append(time.perf_counter() - t0)
     base = float(np.median(ts["plain"]))
-    return base, {k: float(np.median(v)) / base for k, v in ts.items() if k != "plain"}
+    out = {k: float(np.median(v)) / base for k, v in ts.items() if k not in ("plain", "verify")}
+    out["verify_share"] = float(np.median(ts["verify"])) / base
+    return base, out
 
 
 def tightness(sizes, trials):
