@@ -465,3 +465,41 @@ def test_tf32_bound_holds_round_to_nearest_and_truncated_operands():
     for trunc in (False, True):
         ref = tf32(a, trunc).double() @ tf32(b, trunc).double()
         assert _inside(iv, ref), trunc
+
+
+def _at_matmul(a_km, b, bug=False):
+    """C = A^T B with A^T passed as a view (RENDER's case 1666); the bug swaps its strides."""
+    at = a_km.t()
+    M, K = at.shape
+    N = b.shape[1]
+    c = torch.empty((M, N), dtype=torch.float32)
+    sam, sak = (at.stride(1), at.stride(0)) if bug else at.stride()
+    from test_triton_kernels import matmul_kernel
+    matmul_kernel[(triton.cdiv(M, 16), triton.cdiv(N, 16))](
+        at, b, c, M, N, K, sam, sak, b.stride(0), b.stride(1), c.stride(0), c.stride(1),
+        BM=16, BN=16, BK=16, PREC="ieee", BUG="")
+    return c
+
+
+def test_transposed_view_operand_and_its_stride_bug():
+    g = _gen(14)
+    a_km, b = torch.randn(32, 32, generator=g).half(), torch.randn(32, 24, generator=g).half()
+    ref = a_km.double().t() @ b.double()
+    assert _inside(fpx.interval(_at_matmul)(a_km, b), ref)
+    v = fpx.classify(lambda a, b: _at_matmul(a, b, bug=True), ref.float(), a_km, b)
+    assert v.kind == "bug"
+
+
+def test_a_launch_fpx_cannot_see_statically_still_runs_under_fpx():
+    from test_triton_kernels import xyx_kernel
+    table = {"xyx": xyx_kernel}                    # reached through a dict: not detected
+
+    def run(x, y):
+        o = torch.empty_like(x)
+        table["xyx"][(2,)](x, y, o, x.numel(), BLOCK=64)
+        return o
+    from fpx.interop.triton import launches_kernels
+    assert not launches_kernels(run)
+    x, y = torch.randn(100, generator=_gen(15)), torch.randn(100, generator=_gen(16))
+    iv = fpx.interval(run)(x, y)                   # torch.export fails, then the fallback
+    assert _inside(iv, x.double() * y.double() + x.double())

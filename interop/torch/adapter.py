@@ -4,6 +4,7 @@ precision policy follows the inputs' device. fpx results among inputs and output
 ``Interval``) are recognised by their method ``_fpx_convert(convert)``, never by type."""
 from __future__ import annotations
 
+import os
 import sys
 
 import numpy as np
@@ -75,6 +76,9 @@ def adapt(f, args=(), kwargs=None, *, fallback="auto", policy=None) -> Adapted:
     a, k = tree.tree_map(_to_fpx_leaf, (tuple(args), kwargs))
     examples = _pytree.tree_map(example, (tuple(args), kwargs))
     program = BoundProgram(prog, params, f, examples)
+    if tri is None and prog.mode == "dispatch" and "triton" in sys.modules and \
+            os.environ.get("TRITON_INTERPRET") in ("1", "true", "True"):
+        from fpx.interop import triton as tri    # launches fpx did not see run under it too
     if tri is not None:
         program = tri.Scoped(program)
     return Adapted(program, a, k, lambda out: tree.tree_map(

@@ -30,6 +30,7 @@ policy      :data:`TRITON`, the default policy of programs that launch kernels
 from __future__ import annotations
 
 import os
+import sys
 import types
 
 from fpx.interop.triton.builder import UnsupportedTritonOpError
@@ -75,6 +76,7 @@ def launches_kernels(f, _depth=2) -> bool:
                 walk(k)
     walk(code)
     seen += [g[n] for n in names if n in g]
+    seen += [sys.modules[n] for n in names if n in sys.modules]      # imported in the body
     seen += [getattr(m, n) for m in list(seen) if isinstance(m, types.ModuleType)   # mod.kernel
              for n in names if hasattr(m, n)]
     seen += [c.cell_contents for c in (f.__closure__ or ()) if _has_contents(c)]
