@@ -230,3 +230,35 @@ def test_convolution_backward_and_scatter_add_match_torch(nd):
         for k in range(50):
             want[r, idx[r, k]] = want[r, idx[r, k]] + src[r, k]
     assert same(got, want)
+
+
+_CHILD = """
+import sys, numpy as np, torch
+sys.path.insert(0, {tests!r})
+import test_reproducible_torch as t
+make, shape, opt_cls, kw = t.TRAIN[{name!r}]
+g = torch.Generator().manual_seed(7)
+x, y = torch.randn(shape, generator=g), torch.randint(0, 10, shape[:1], generator=g)
+params, _ = t._train(make, opt_cls, x, y, 2, **kw)
+np.save({out!r}, np.concatenate([p.numpy().ravel() for p in params]))
+"""
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", list(TRAIN))
+def test_training_step_gives_the_same_parameters_in_another_process(name, tmp_path):
+    """Two SGD/Adam steps in a fresh process on one numba thread: the parameters' bits equal
+    this process's."""
+    import os
+    import subprocess
+    import sys
+    make, shape, opt_cls, kw = TRAIN[name]
+    g = torch.Generator().manual_seed(7)
+    x, y = torch.randn(shape, generator=g), torch.randint(0, 10, shape[:1], generator=g)
+    params, _ = _train(make, opt_cls, x, y, 2, **kw)
+    out = str(tmp_path / "params.npy")
+    code = _CHILD.format(tests=os.path.dirname(os.path.abspath(__file__)), name=name, out=out)
+    env = dict(os.environ, NUMBA_NUM_THREADS="1")
+    subprocess.run([sys.executable, "-c", code], check=True, env=env, timeout=600)
+    here = np.concatenate([p.numpy().ravel() for p in params])
+    assert np.array_equal(bits(np.load(out)), bits(here))

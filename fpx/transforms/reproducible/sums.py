@@ -177,6 +177,7 @@ def _matmul(self, prim, a, b):
         out = _matmul_exact(self, A3, B3, F, G)
     else:
         out = np.empty((G, M, N), acc)
+        B3 = np.ascontiguousarray(B3)     # rows of B read along n (SIMD); same values
         for sl in _halves(M, self.alt):
             ordered.matmul(A3[:, sl], B3, _ORDER[self.order], out[:, sl])
         out = out.astype(F.dtype, copy=False)

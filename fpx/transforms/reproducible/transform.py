@@ -87,7 +87,8 @@ def reproducible(f=None, *, order: str = "sequential", check: bool = False,
 
     ``check=True`` runs ``f`` a second time under another schedule (one thread, blocks of
     rows in another order, the transposed BLAS product) and raises :class:`fpx.FpxError` if
-    any bit differs (not for functions of torch tensors, which may update state in place).
+    any bit differs (not for torch programs run eagerly -- functions of tensors, modules
+    ``torch.export`` rejects --, which may update state in place).
     ``report=True`` returns ``(outputs, report)``, ``report`` a dict with the ``order``,
     whether it was ``checked`` and the environment's :func:`fingerprint`.
     """
@@ -98,9 +99,10 @@ def reproducible(f=None, *, order: str = "sequential", check: bool = False,
 
     def body(ad):
         if check and ad.framework is not None and ad.program.mode == "dispatch":
-            raise ValueError("fpx.reproducible: check=True runs f twice, and a function of "
-                             "torch tensors may update state in place (a training step): "
-                             "check the module, or compare two runs yourself")
+            raise ValueError("fpx.reproducible: check=True runs f twice, and a torch program "
+                             "run eagerly (a function of tensors, or a module torch.export "
+                             "rejects) may update state in place (a training step): compare "
+                             "two runs yourself")
         check_environment()
         leaves, td = tree.flatten((ad.args, ad.kwargs))
         gpu = any(is_cupy(x) for x in leaves)
