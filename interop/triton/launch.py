@@ -8,7 +8,7 @@ written back to those values. The interpreter's internals this module touches
 (``interpreter_semantic.builder``, ``ReduceOps``/``ScanOps``, ``_patch_lang``,
 ``_patch_lang_tensor``, ``_implicit_cvt``, ``InterpretedFunction.run``, ``TensorHandle``) are
 named here and in :mod:`~fpx.interop.triton.builder` only: the one place where Triton versions
-differ (before 3.9 ``_patch_lang`` returns no scope and patches for good).
+differ (a ``_patch_lang`` that returns no restorable scope, as older ones do, is handled).
 """
 from __future__ import annotations
 
@@ -74,7 +74,7 @@ def _patch_lang_tensor(tensor, scope=None):
     """The interpreter's tensor hooks (``__index__``, ``__bool__``, ``.T``), each dispatching
     per thread: fpx's (program axis, :class:`Diverged`) during an fpx launch, Triton's
     otherwise (left behind harmlessly if a concurrent stock launch restores them late)."""
-    if scope is None:                              # triton < 3.9: patched for good
+    if scope is None:                              # older triton: patched for good
         _STOCK["_patch_lang_tensor"](tensor)
         scope = types.SimpleNamespace(set_attr=setattr)
     else:
