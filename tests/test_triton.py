@@ -503,3 +503,31 @@ def test_a_launch_fpx_cannot_see_statically_still_runs_under_fpx():
     x, y = torch.randn(100, generator=_gen(15)), torch.randn(100, generator=_gen(16))
     iv = fpx.interval(run)(x, y)                   # torch.export fails, then the fallback
     assert _inside(iv, x.double() * y.double() + x.double())
+
+
+@triton.jit
+def _dot_kernel(a_ptr, b_ptr, c_ptr, N: tl.constexpr, OUT: tl.constexpr):
+    r = tl.arange(0, N)
+    a = tl.load(a_ptr + r[:, None] * N + r[None, :])
+    b = tl.load(b_ptr + r[:, None] * N + r[None, :])
+    if OUT == "f16":
+        c = tl.dot(a, b, out_dtype=tl.float16)           # a float16 accumulator
+    elif OUT == "i32":
+        c = tl.dot(a, b, out_dtype=tl.int32)
+    else:
+        c = tl.dot(a, b)
+    tl.store(c_ptr + r[:, None] * N + r[None, :], c)
+
+
+@pytest.mark.parametrize("operands,out,odt", [
+    (torch.float16, "f16", torch.float16), (torch.int8, "i32", torch.int32),
+    (torch.float8_e4m3fn, "", torch.float32)])
+def test_dot_accumulators_and_operand_formats(operands, out, odt):
+    def f(a, b):
+        c = torch.empty((16, 16), dtype=odt)
+        _dot_kernel[(1,)](a, b, c, N=16, OUT=out)
+        return c
+    g = _gen(17)
+    a, b = ((torch.randn(16, 16, generator=g) * 3).to(operands) for _ in range(2))
+    iv = fpx.interval(f)(a, b)
+    assert _inside(iv, a.double() @ b.double())
