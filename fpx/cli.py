@@ -216,6 +216,9 @@ def probe(args) -> int:
     ex = ThreadPoolExecutor(args.workers) if args.workers > 1 else None
     try:
         report = fpx.probe.fuzz(_import_backend(args.backend), executor=ex, **kw)
+    except (ValueError, ImportError, AttributeError) as e:      # a bad argument: say which
+        print(f"fpx probe: {e}", file=sys.stderr)
+        return 2
     finally:
         if ex is not None:
             ex.shutdown()

@@ -306,6 +306,8 @@ def test_cli_probe(tmp_path, capsys):
     out = capsys.readouterr().out                      # program 0 has ``2.0 - v3``
     assert rc == 1 and "1 programs" in out and re.search(r"^wrong +1$", out, re.M), out
     assert os.listdir(tmp_path) == ["wrong_00000.py"]
+    assert main(["probe", "--programs", "1", "--mutations", "nope", "--quiet"]) == 2
+    assert "unknown mutations" in capsys.readouterr().err
 
 
 def test_inductor_smoke(sandbox):
