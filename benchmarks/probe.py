@@ -17,7 +17,8 @@
    orders and differ by ~5e-3 where the sums are ~1e-4: both fixed tolerances flag it; fpx
    says inconclusive (its rigorous bound is far wider than such a sum), never bug.
 
-Prints a table and ends with one JSON line. ``--quick``: under a minute (15 s of inductor fuzzing, 6 planted programs).
+Prints a table and ends with one JSON line. ``--quick``: under a minute (15 s of inductor
+fuzzing, 6 planted programs).
 """
 from __future__ import annotations
 
@@ -88,7 +89,7 @@ def fpx_job(src, inputs):
 
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--quick", action="store_true", help="about 45 s")
+    ap.add_argument("--quick", action="store_true", help="under a minute")
     ap.add_argument("--seconds", type=float, default=None, help="inductor fuzzing time")
     args = ap.parse_args(argv)
     import fpx.probe
