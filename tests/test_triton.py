@@ -531,3 +531,21 @@ def test_dot_accumulators_and_operand_formats(operands, out, odt):
     a, b = ((torch.randn(16, 16, generator=g) * 3).to(operands) for _ in range(2))
     iv = fpx.interval(f)(a, b)
     assert _inside(iv, a.double() @ b.double())
+
+
+@triton.jit
+def _branch_kernel(x_ptr, o_ptr):
+    s = tl.load(x_ptr) * 0.1 - tl.load(x_ptr + 1)        # about 0: its sign is round-off's
+    if s > 0:
+        tl.store(o_ptr, s + 1.0)
+    else:
+        tl.store(o_ptr, s - 1.0)
+
+
+def test_a_branch_round_off_decides_makes_classify_inconclusive():
+    def f(x):
+        o = torch.empty(1)
+        _branch_kernel[(1,)](x, o)
+        return o
+    x = torch.tensor([3.0, 0.3])
+    assert fpx.classify(f, f(x), x).kind == "inconclusive"
