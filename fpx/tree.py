@@ -79,7 +79,7 @@ def _unflatten(d, it):
     if kind == "dict":
         return dict(zip(d[1], [_unflatten(c, it) for c in d[2]]))
     if kind == "dict_like":
-        out = copy.copy(d[1])       # the same class and extra state, the values replaced
+        out = _blank_copy(d[1])     # the same class and extra state, the values replaced
         for k, c in zip(d[2], d[3]):
             out[k] = _unflatten(c, it)
         return out
@@ -89,6 +89,20 @@ def _unflatten(d, it):
             object.__setattr__(out, n, _unflatten(c, it))     # frozen dataclasses too
         return out
     return _NODES[d[1]][1](d[2], [_unflatten(c, it) for c in d[3]])
+
+
+def _blank_copy(t):
+    """A shallow copy of the dict subclass ``t`` made without calling its constructor: a
+    transformers ``ModelOutput`` rebuilds itself from its field values (``__reduce__``), and
+    its ``__post_init__`` iterates a first field that is not a tensor -- a template's traced
+    value. Classes whose ``__new__`` needs arguments are copied by ``copy.copy``."""
+    try:
+        out = type(t).__new__(type(t))
+    except TypeError:
+        return copy.copy(t)
+    if hasattr(t, "__dict__"):
+        out.__dict__.update(t.__dict__)
+    return out
 
 
 def tree_map(f: Callable, tree) -> Any:

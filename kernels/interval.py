@@ -4,8 +4,10 @@ fastmath, so no reassociation).
 NumPy needs ~12 passes (and as many multi-MB temporaries) to widen a pair of bounds, add a
 rounding error and map overflow to infinity; these do it in one pass per bound.
 
-* ``down(x, rel, absl, top)`` = ``x - (min(|x|, MAX)·rel + absl)``, and ``-inf`` below
-  ``-top``; ``up`` mirrors it. With ``rel`` including ``4·2^-52`` and ``absl`` including
+* ``down(x, rel, absl, top)`` = ``x - (min(|x|, MAX)·rel + absl)``; ``top``: where the
+  rounding may overflow; below ``-top``, at least ``-top·(1 + 2^-40)`` where ``x`` is not,
+  else ``-inf``; ``up`` mirrors it. With ``rel`` including
+  ``4·2^-52`` and ``absl`` including
   ``2^-1074`` the float64 rounding of these steps themselves is covered. NaN passes through.
 * ``scale_up(x, f, a)``: an upper bound of ``x·f + a`` for ``x >= 0``.
 * boxes: ``add_bounds``, ``mul_bounds`` (interval sum and product with their rounding),
@@ -44,6 +46,8 @@ from numba.extending import overload
 _E = 2.0 ** -52
 _TINY = 5e-324
 _MAX = 1.7976931348623157e308
+_EDGE = 1.0 + 2.0 ** -40       # a bound's reach past the overflow threshold (``_lower``)
+_INNER = 1.0 - 2.0 ** -40      # how far inside it an end must be to stay finite
 
 
 def _at(x, i, j):
@@ -178,45 +182,59 @@ def _result(o, shape):
 
 
 @numba.njit(cache=True, error_model="numpy")
-def _down_loop(x, rel, absl, top, out):
+def _down_loop(x, rel, absl, top, signed, out):
     for i in range(out.shape[0]):
         for j in range(out.shape[1]):
-            out[i, j] = _lower(np.float64(_at(x, i, j)), _at(rel, i, j), _at(absl, i, j), top)
+            y = np.float64(_at(x, i, j))
+            z = _lower(y, _at(rel, i, j), _at(absl, i, j), top)
+            out[i, j] = 0.0 if signed & (y >= 0) & (z < 0) else z
 
 
 @numba.njit(cache=True, error_model="numpy")
-def _up_loop(x, rel, absl, top, out):
+def _up_loop(x, rel, absl, top, signed, out):
     for i in range(out.shape[0]):
         for j in range(out.shape[1]):
-            out[i, j] = _upper(np.float64(_at(x, i, j)), _at(rel, i, j), _at(absl, i, j), top)
+            y = np.float64(_at(x, i, j))
+            z = _upper(y, _at(rel, i, j), _at(absl, i, j), top)
+            out[i, j] = 0.0 if signed & (y <= 0) & (z > 0) else z
 
 
-def down(x, rel, absl, top, out=None):
+def down(x, rel, absl, top, out=None, signed=False):
+    """``signed``: ``x`` is the exact value's lower end and the rounding keeps its sign (see
+    ``_signed``): a result from ``x >= 0`` stays >= 0."""
     (x, rel, absl), (o,), shape, (res,) = _flat((x, rel, absl), (np.float64,),
                                                 None if out is None else (out,))
-    _down_loop(x, rel, absl, float(top), o)
+    _down_loop(x, rel, absl, float(top), bool(signed), o)
     return _result(res, shape)
 
 
-def up(x, rel, absl, top, out=None):
+def up(x, rel, absl, top, out=None, signed=False):
     (x, rel, absl), (o,), shape, (res,) = _flat((x, rel, absl), (np.float64,),
                                                 None if out is None else (out,))
-    _up_loop(x, rel, absl, float(top), o)
+    _up_loop(x, rel, absl, float(top), bool(signed), o)
     return _result(res, shape)
 
 
 @numba.njit(inline="always", error_model="numpy")
 def _lower(y, r, a, top):
-    """``y`` widened down by ``|y|·r + a``; ``-inf`` below ``-top`` (NaN passes). ``|y|`` is
-    taken as at least 2^-968 (``_mag``)."""
-    y = y - (_mag(y) * r + a)
-    return -math.inf if y < -top else y
+    """``y`` widened down by ``|y|·r + a``; ``top``: the exact magnitude past which the
+    rounding may overflow (``max + ulp(max)/2`` for round to nearest). Below ``-top``: where
+    ``y`` is inside by more than its float64 error (2^-40 relative), the exact value rounds to
+    a finite result and the end is at least ``-top·(1 + 2^-40)``; else ``-inf`` (NaN passes).
+    ``|y|`` is taken as at least 2^-968 (``_mag``)."""
+    z = y - (_mag(y) * r + a)
+    if z < -top:
+        return max(z, -top * _EDGE) if y >= -top * _INNER else -math.inf
+    return z
 
 
 @numba.njit(inline="always", error_model="numpy")
 def _upper(y, r, a, top):
-    y = y + (_mag(y) * r + a)
-    return math.inf if y > top else y
+    z = y + (_mag(y) * r + a)
+    if z > top:
+        return min(z, top * _EDGE) if y <= top * _INNER else math.inf
+    return z
+
 
 
 @numba.njit(inline="always", error_model="numpy")
@@ -244,9 +262,22 @@ def _mul_range(al, ah, bl, bh):
 
 
 @numba.njit(inline="always", error_model="numpy")
+def _signed(l, h, nonneg, nonpos):
+    """A correctly rounded or faithful result keeps its exact value's sign (0 is a float and
+    rounding is monotone): bounds [l, h] stay >= 0 where every exact value is (``nonneg``),
+    <= 0 where every one is <= 0 (an exact 0 widened by the subnormal quantum made sqrt(0/8)
+    NaN)."""
+    l = 0.0 if nonneg & (l < 0) & (l > -math.inf) else l     # (±inf: 0·inf, NaN possible)
+    h = 0.0 if nonpos & (h > 0) & (h < math.inf) else h
+    return l, h
+
+
+@numba.njit(inline="always", error_model="numpy")
 def _add_rounded(al, ah, bl, bh, r, a, top):
-    """[al + bl, ah + bh] widened by ``|y|·r + a``."""
-    return _lower(al + bl, r, a, top), _upper(ah + bh, r, a, top)
+    """[al + bl, ah + bh] widened by ``|y|·r + a``, the exact sum's sign kept (a float64 sum
+    has its exact value's sign: it is 0 only where that is)."""
+    yl, yh = al + bl, ah + bh
+    return _signed(_lower(yl, r, a, top), _upper(yh, r, a, top), yl >= 0, yh <= 0)
 
 
 @numba.njit(inline="always")
@@ -279,9 +310,12 @@ def add_bounds(alo, ahi, blo, bhi, rel, absl, top, floor=-math.inf):
 
 @numba.njit(inline="always", error_model="numpy")
 def _mul_rounded(al, ah, bl, bh, r, a, top):
-    """The interval product widened by ``|y|·r + a`` (``_lower``/``_upper``)."""
+    """The interval product widened by ``|y|·r + a`` (``_lower``/``_upper``), its sign kept
+    where the operands' signs fix it (not the corners': a product may underflow to 0)."""
     l, h = _mul_range(al, ah, bl, bh)
-    return _lower(l, r, a, top), _upper(h, r, a, top)
+    nonneg = ((al >= 0) & (bl >= 0)) | ((ah <= 0) & (bh <= 0))
+    nonpos = ((al >= 0) & (bh <= 0)) | ((ah <= 0) & (bl >= 0))
+    return _signed(_lower(l, r, a, top), _upper(h, r, a, top), nonneg, nonpos)
 
 
 @numba.njit(cache=True, error_model="numpy")

@@ -192,6 +192,16 @@ def _note_narrow_reference(v, i, t_value, r):
             "a function to bound its round-off too")
 
 
+def _numeric(x) -> bool:
+    """An output leaf that has values to compare: an interval, an array or tensor, a number."""
+    if isinstance(x, Interval):
+        return True
+    try:
+        return np.asarray(concrete(as_array(x))).dtype.kind in "fiubV"
+    except (TypeError, ValueError):
+        return False
+
+
 def _dtype(x):
     c = concrete(as_array(x))
     return c.dtype if hasattr(c, "dtype") else np.asarray(c).dtype
@@ -216,6 +226,12 @@ def _compare(t_out, r_out, events, bound, too_wide=1.0) -> Verdict:
                          f"{len(r_leaves)}")
     v = Verdict("roundoff", t_out, r_out, events=events, rigorous=(bound == "rigorous"))
     ref_is_arrays = not any(isinstance(x, Interval) for x in r_leaves)   # not a function's bounds
+    keep = [_numeric(t) and _numeric(r) for t, r in zip(t_leaves, r_leaves)]
+    for i, (t, r) in enumerate(zip(t_leaves, r_leaves)):
+        if not keep[i]:         # a model's cache object, a None: nothing to round
+            v.hints.append(f"output {i} ({type(r).__name__}) is not an array: not compared")
+    t_leaves = [t for t, k in zip(t_leaves, keep) if k]
+    r_leaves = [r for r, k in zip(r_leaves, keep) if k]
     halfw_over_obs, rel_widths = [], []
     n_nan = n_inf = n_wide = 0
     for i, (t, r) in enumerate(zip(t_leaves, r_leaves)):

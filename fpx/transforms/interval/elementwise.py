@@ -13,7 +13,7 @@ import numpy as np
 from fpx.core import concrete
 from fpx.kernels import interval as _K
 from fpx.kernels.elementwise import erf as _erf_kernel
-from fpx.transforms.interval.enclosure import (E64, LIBM64_ULPS, as_f64, corners,
+from fpx.transforms.interval.enclosure import (E64, LIBM64_ULPS, as_f64, corners, sign_keeping,
                                                mul_bounds, or_unstable, rounding_terms,
                                                widen)
 from fpx.transforms.interval.interpreter import ball_rule, rule
@@ -32,7 +32,7 @@ def _add_sub(self, prim, a, b):
     acc = None if F is None else self.accuracy(prim.name, F)
     if prim.name == "sub":
         blo, bhi = -bhi, -blo
-    if (acc is not None and not acc.input_dependent and (F.has_inf or F.name == "float64")
+    if (acc is not None and sign_keeping(acc) and (F.has_inf or F.name == "float64")
             and all(isinstance(x, np.ndarray) or np.isscalar(x) for x in (alo, ahi, blo, bhi))):
         # one fused pass: the float64 sum, its rounding and the op's (see round_bounds)
         R, A, top = rounding_terms(F, acc.ulps, acc.absolute, steps=1)
@@ -62,7 +62,7 @@ def _mul(self, prim, a, b):
     else:
         F = self.fmt(np.asarray(concrete(v)).dtype)
         acc = None if F is None else self.accuracy("mul", F)
-        if (acc is not None and not acc.input_dependent and (F.has_inf or F.name == "float64")
+        if (acc is not None and sign_keeping(acc) and (F.has_inf or F.name == "float64")
                 and all(isinstance(z, np.ndarray) or np.isscalar(z)
                         for z in (alo, ahi, blo, bhi))):
             # one fused pass: corners, the float64 product's rounding and the op's
@@ -83,8 +83,16 @@ def _div(self, prim, a, b):
     zero = (blo <= 0) & (bhi >= 0)
     with np.errstate(invalid="ignore", over="ignore", divide="ignore"):
         lo, hi = corners(np.divide, alo, ahi, blo, bhi)
-        lo, hi = widen(lo, hi)
-        lo, hi = self.round_result("div", v, lo, hi, (alo, ahi), (blo, bhi))
+        F = self.fmt(np.asarray(concrete(v)).dtype)
+        signed = F is not None and sign_keeping(self.accuracy("div", F))
+        if signed:          # the exact quotient's sign, from the operands' (it may underflow)
+            nonneg = ((alo >= 0) & (blo > 0)) | ((ahi <= 0) & (bhi < 0))
+            nonpos = ((alo >= 0) & (bhi < 0)) | ((ahi <= 0) & (blo > 0))
+        # (the float64 division's own rounding is one step of the op's widening)
+        lo, hi = self.round_result("div", v, lo, hi, (alo, ahi), (blo, bhi), steps=1)
+        if signed:          # 0/8 is 0, not [-2^-149, 2^-149]: a NaN-free sqrt of it later
+            lo = np.where(nonneg & (lo < 0) & (lo > -np.inf), 0.0, lo)
+            hi = np.where(nonpos & (hi > 0) & (hi < np.inf), 0.0, hi)
     if np.any(zero):
         n = int(np.count_nonzero(np.broadcast_to(zero, np.shape(lo))))
         self.note("division-by-zero-interval", "a divisor interval contains 0: those elements "

@@ -98,8 +98,19 @@ def rounding_terms(F, ulps, ab, steps):
     plus the outward widening of ``steps`` float64 steps and of this one."""
     R = ulps * 2.0 ** (1 - F.p) + (4 + 2 * steps) * E64
     A = (ulps * F.smallest_subnormal + ab) * (1 + 4 * E64) + (steps + 1) * TINY64
-    top = math.inf if (F.name == "float64" or not F.has_inf) else F.max
-    return R, A, top
+    return R, A, overflow_threshold(F, ulps)
+
+
+def overflow_threshold(F, ulps=0.5):
+    """The exact magnitude past which a rounding into F may overflow (``_K.down/up``'s
+    ``top``): ``max + ulp(max)/2`` for round to nearest (``ulps <= 0.5``), ``max`` for a
+    faithful or looser one; inf for float64 (its bounds overflow by themselves) and formats
+    without infinities (:func:`overflow` maps them)."""
+    if F.name == "float64" or not F.has_inf:
+        return math.inf
+    if isinstance(ulps, (int, float)) and ulps <= 0.5:
+        return F.max + 2.0 ** (F.emax - F.p)
+    return F.max
 
 
 def round_bounds(lo, hi, F, acc, inputs=(), steps=0, consume=False):
@@ -112,8 +123,18 @@ def round_bounds(lo, hi, F, acc, inputs=(), steps=0, consume=False):
     R, A, top = rounding_terms(F, ulps, ab, steps)
     olo = {"out": lo} if consume and owned(lo) and lo is not hi else {}
     ohi = {"out": hi} if consume and owned(hi) and hi is not lo else {}
-    lo, hi = _K.down(lo, R, A, top, **olo), _K.up(hi, R, A, top, **ohi)
+    # exact ends (no float64 steps to widen) under a sign-keeping rounding keep their sign
+    signed = steps == 0 and sign_keeping(acc)
+    lo, hi = _K.down(lo, R, A, top, signed=signed, **olo), _K.up(hi, R, A, top, signed=signed,
+                                                                **ohi)
     return (lo, hi) if (F.has_inf or F.name == "float64") else overflow(lo, hi, F)
+
+
+def sign_keeping(acc) -> bool:
+    """The op is correctly rounded or faithful (at most 1 ulp, no absolute error beyond the
+    subnormal quantum, not input-dependent): its result keeps the exact value's sign, since 0
+    is a float and such roundings are monotone (the fused add/mul kernels rely on it)."""
+    return not acc.input_dependent and acc.ulps <= 1 and not acc.absolute
 
 
 def overflow(lo, hi, F):

@@ -13,7 +13,8 @@ from fpx.core import EvalInterpreter, concrete, is_cupy, using
 from fpx.kernels import interval as _K
 from fpx.kernels import interval_nn as _KN
 from fpx.transforms.interval.enclosure import (E64, LIBM64_ULPS, TINY64, as_f64, gamma,
-                                               or_unstable, overflow, rounding_terms, up, xp_of)
+                                               or_unstable, overflow, rounding_terms,
+                                               sign_keeping, up, xp_of)
 from fpx.transforms.interval.interpreter import ball_rule, rule
 from fpx.transforms.interval.reductions import acc_delta, count
 
@@ -503,7 +504,7 @@ def _batch_norm(self, prim, x, mean, var, weight=None, bias=None, *, axis, eps):
     accs = None if F is None else (self.accuracy("mul", F), self.accuracy("add", F))
     slo, shi, su, _ = self.bounds(alpha, dt)
     tlo, thi, tu, _ = self.bounds(beta, dt)
-    if not (accs is not None and not any(a.input_dependent for a in accs)
+    if not (accs is not None and all(sign_keeping(a) for a in accs)
             and (F.has_inf or F.name == "float64")
             and all(isinstance(z, np.ndarray) for z in (x.lo, x.hi, slo, shi, tlo, thi))):
         return _nn.scale_shift(x, alpha, beta)

@@ -154,6 +154,8 @@ def _cumsum(self, prim, a, *, axis, dtype=None):
             lo2, hi2 = _acc_guard(lo2, hi2, c_mag, c, Facc, lambda: np.logical_or.accumulate(
                 np.isnan(lo) | np.isnan(hi), axis=ax))
             lo2, hi2 = _to_output(self, lo2, hi2, Facc, F_out)
+    if F_out is None:           # integers: exact, the enclosure tightened to the integers in it
+        lo2, hi2 = self.integer_bounds("cumsum", out_dt, lo2, hi2)
     un = None if u is None else np.logical_or.accumulate(u, axis=ax)
     return self.new(v, lo2, hi2, un)
 
