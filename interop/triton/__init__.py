@@ -77,7 +77,7 @@ def launches_kernels(f, _depth=2) -> bool:
     walk(code)
     seen += [g[n] for n in names if n in g]
     seen += [sys.modules[n] for n in names if n in sys.modules]      # imported in the body
-    seen += [getattr(m, n) for m in list(seen) if isinstance(m, types.ModuleType)   # mod.kernel
+    seen += [getattr(m, n) for m in list(seen) if _user_module(m)          # mykernels.matmul
              for n in names if hasattr(m, n)]
     seen += [c.cell_contents for c in (f.__closure__ or ()) if _has_contents(c)]
     seen += list(f.__defaults__ or ())
@@ -88,6 +88,16 @@ def launches_kernels(f, _depth=2) -> bool:
                                                                                    _depth - 1):
             return True
     return False
+
+
+_LIBRARIES = frozenset({"torch", "numpy", "triton", "fpx", "ml_dtypes", "scipy", "builtins",
+                        "math", "functools", "typing", "collections", "os", "sys"})
+
+
+def _user_module(m) -> bool:
+    """A module whose attributes may hold kernels (not a library's: their lazy attributes
+    would import things)."""
+    return isinstance(m, types.ModuleType) and m.__name__.split(".")[0] not in _LIBRARIES
 
 
 def _has_contents(cell):
