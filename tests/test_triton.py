@@ -549,3 +549,13 @@ def test_a_branch_round_off_decides_makes_classify_inconclusive():
         return o
     x = torch.tensor([3.0, 0.3])
     assert fpx.classify(f, f(x), x).kind == "inconclusive"
+
+
+def test_an_interval_input_flows_through_a_kernel():
+    g = _gen(18)
+    x, y = torch.randn(100, generator=g), torch.randn(100, generator=g)
+    iv1 = fpx.interval(xyx)(x, y)
+    iv2 = fpx.interval(xyx)(iv1, y)                    # the bounds of a bounded input
+    r = x.double() * y.double() + x.double()
+    assert _inside(iv2, r * y.double() + r)
+    assert np.median(iv2.hi - iv2.lo) > np.median(iv1.hi - iv1.lo)
