@@ -1,11 +1,16 @@
 """Shared pytest configuration for the fpx test suite.
 
 ``@pytest.mark.gpu`` tests need CuPy and at least one CUDA device; without them they are
-skipped cleanly (with the reason), never errored.
+skipped cleanly (with the reason), never errored. Triton kernels run in Triton's
+interpreter on CPU tensors: ``TRITON_INTERPRET=1`` is set before any test module can import
+triton (it reads the variable once, at import).
 """
 from __future__ import annotations
 
 import functools
+import os
+
+os.environ.setdefault("TRITON_INTERPRET", "1")
 
 import pytest
 
