@@ -17,7 +17,7 @@ import numba
 import numpy as np
 from numba import prange
 
-__all__ = ["matmul", "reduce"]
+__all__ = ["matmul", "reduce", "run"]
 
 _opts = dict(nogil=True, error_model="numpy", fastmath=False)
 _LEVELS = 64
@@ -124,3 +124,20 @@ def reduce(X, order, cumulative, out):
             acc = np.empty(I, out.dtype)
             _finish(stack, top, acc)
             out[o, 0, :] = acc
+
+
+# the same kernels compiled without threads (prange runs as range): for small problems, where
+# starting the threads costs more than the work (the bits are the same either way)
+_matmul_serial = numba.njit(**_opts)(matmul.py_func)
+_reduce_serial = numba.njit(**_opts)(reduce.py_func)
+_SERIAL_BELOW = 1 << 18          # multiply-adds
+
+
+def run(kernel, *args):
+    """``matmul(A, B, order, out)`` or ``reduce(X, order, cumulative, out)`` (``kernel`` is
+    one of them), threaded when the problem has at least 2^18 terms."""
+    X = args[0]
+    work = X.size * (args[1].shape[2] if kernel is matmul else 1)
+    if work < _SERIAL_BELOW:
+        kernel = _matmul_serial if kernel is matmul else _reduce_serial
+    kernel(*args)

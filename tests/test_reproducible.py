@@ -170,7 +170,7 @@ def test_narrow_formats_accumulate_in_float32():
 
 
 def test_no_fma_contraction_in_the_ordered_kernels():
-    for kernel in (ordered.matmul, ordered.reduce):
+    for kernel in (ordered.matmul, ordered.reduce, ordered._matmul_serial, ordered._reduce_serial):
         for asm in kernel.inspect_asm().values():
             assert "vfmadd" not in asm and "vfmsub" not in asm
 

@@ -68,7 +68,7 @@ def _sum_ordered(self, X, F, cumulative):
         return res
     out = np.empty((O, K if cumulative else 1, I), acc)
     for sl in _halves(O, self.alt):
-        ordered.reduce(Xa[sl], _ORDER[self.order], cumulative, out[sl])
+        ordered.run(ordered.reduce, Xa[sl], _ORDER[self.order], cumulative, out[sl])
     return out.astype(F.dtype, copy=False)
 
 
@@ -179,7 +179,7 @@ def _matmul(self, prim, a, b):
         out = np.empty((G, M, N), acc)
         B3 = np.ascontiguousarray(B3)     # rows of B read along n (SIMD); same values
         for sl in _halves(M, self.alt):
-            ordered.matmul(A3[:, sl], B3, _ORDER[self.order], out[:, sl])
+            ordered.run(ordered.matmul, A3[:, sl], B3, _ORDER[self.order], out[:, sl])
         out = out.astype(F.dtype, copy=False)
     r = out.reshape(bshape + (M, N))
     if vb.ndim == 1:
