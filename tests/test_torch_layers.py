@@ -233,3 +233,43 @@ def test_a_vacuous_bound_does_not_say_roundoff():
     assert w.kind == "bug" and w.first_bug == "0.0", w.report()
     with pytest.raises(ValueError, match="too_wide"):
         fpx.classify(m, ref, x, layers=False, too_wide=0)
+
+
+class _Tagger(nn.Module):
+    """A recurrent tagger: a linear embedding, a 2-layer LSTM or GRU, a linear head."""
+
+    def __init__(self, rnn):
+        super().__init__()
+        self.embed = nn.Linear(6, 8)
+        self.rnn = rnn(8, 8, num_layers=2, batch_first=True)
+        self.head = nn.Linear(8, 3)
+
+    def forward(self, x):
+        return self.head(self.rnn(self.embed(x))[0])
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("rnn", [nn.LSTM, nn.GRU], ids=["lstm", "gru"])
+def test_recurrent_layers_interval_classify_and_stochastic(rnn):
+    # nn.LSTM/nn.GRU through the adapter: the bound holds torch's output and the float64
+    # run; layer by layer the recurrent module is a fine layer (it owns its weights), so a
+    # 1.01x recurrent weight is found there; stochastic runs
+    torch.manual_seed(0)
+    m = _Tagger(rnn).eval()
+    x = torch.randn(2, 5, 6, generator=torch.Generator().manual_seed(1))
+    ref = copy.deepcopy(m).double()
+    iv = fpx.interval(m)(x)
+    with torch.no_grad():
+        assert iv.contains(m(x).double()).all() and iv.contains(ref(x.double())).all()
+    v = fpx.classify(m, ref, x)
+    assert v.kind == "roundoff", v.report()
+    assert [n for n, _ in v.layers] == ["embed", "rnn", "head", "_Tagger"]
+    bug = copy.deepcopy(m)
+    with torch.no_grad():
+        bug.rnn.weight_hh_l1.mul_(1.01)
+    w = fpx.classify(bug, ref, x)
+    assert w.kind == "bug" and w.first_bug == "rnn", w.report()
+    s = fpx.stochastic(m, "sr", samples=3, seed=0)(x)
+    with torch.no_grad():
+        assert s.shape == (3, 2, 5, 3) and torch.allclose(s, m(x).expand(3, -1, -1, -1),
+                                                          rtol=1e-4, atol=1e-5)
