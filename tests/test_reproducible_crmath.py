@@ -259,3 +259,27 @@ def test_exp_on_every_float32_input():
         with np.errstate(all="ignore"):
             got = crmath.cr_apply("exp", x, F32)
         assert _same(got, _libm_exp(x)).all(), hex(hi << 24)
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(os.environ.get("FPX_REPRODUCIBLE") != "full",
+                    reason="all 2^32 float32 inputs (minutes): set FPX_REPRODUCIBLE=full")
+@pytest.mark.parametrize("name", ["log", "tanh"])
+def test_log_and_tanh_on_every_float32_input(name):
+    """All 2^32 float32 inputs: where NumPy's own float64 function (independent of the libm
+    numba calls) is 2^-36 away from every float32 rounding boundary its rounding is the
+    answer, where it is NaN the answer is the canonical NaN, elsewhere MPFR's."""
+    for hi in range(256):
+        x = ((np.uint64(hi) << np.uint64(24)) + np.arange(1 << 24, dtype=np.uint64)).astype(
+            np.uint32).view(np.float32)
+        with np.errstate(all="ignore"):
+            got = crmath.cr_apply(name, x, F32)
+            y = _numpy64(name, x)
+            e = np.where(np.isfinite(y), np.abs(y) * 2.0 ** -36, 0)
+            lo, up = (y - e).astype(np.float32), (y + e).astype(np.float32)
+        nan = np.isnan(y)
+        assert (got[nan].view(np.uint32) == 0x7FC00000).all(), hex(hi << 24)
+        easy = (lo.view(np.uint32) == up.view(np.uint32)) & ~nan
+        assert _same(got[easy], lo[easy]).all(), hex(hi << 24)
+        rest = ~easy & ~nan
+        assert _same(got[rest], _mpfr(name, x[rest])).all(), hex(hi << 24)
