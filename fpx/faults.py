@@ -54,14 +54,16 @@ class Fault:
         """A flat mask of the elements a random pick may choose (None: all)."""
         return None
 
-    def pick(self, x, rng):
-        """The multi-index of the element this fault hits in the array ``x``, or None when no
-        element qualifies."""
+    def pick(self, x, rng, index=None):
+        """The multi-index of the element this fault hits in the array ``x`` (``index``: the
+        fault's index mapped to ``x``'s coordinates, if it was), or None when no element
+        qualifies."""
         shape = x.shape
+        index = self.index if index is None else index
         size = int(np.prod(shape, dtype=np.int64))
         if size == 0:
             raise ValueError("fpx.inject: cannot inject into an empty value")
-        if self.index is None or (isinstance(self.index, str) and self.index == "random"):
+        if index is None or (isinstance(index, str) and index == "random"):
             ok = self.candidates(x)
             if ok is None:
                 flat = int(rng.integers(size))
@@ -70,15 +72,15 @@ class Fault:
                 if where.size == 0:
                     return None
                 flat = int(where[rng.integers(where.size)])
-        elif isinstance(self.index, tuple):
-            if len(self.index) != len(shape) or not all(
-                    -n <= int(i) < n for i, n in zip(self.index, shape)):
-                _bad_index(self.index, shape)
-            return tuple(int(i) % n for i, n in zip(self.index, shape))
+        elif isinstance(index, tuple):
+            if len(index) != len(shape) or not all(
+                    -n <= int(i) < n for i, n in zip(index, shape)):
+                _bad_index(index, shape)
+            return tuple(int(i) % n for i, n in zip(index, shape))
         else:
-            flat = int(self.index)
+            flat = int(index)
             if not -size <= flat < size:
-                _bad_index(self.index, shape)
+                _bad_index(index, shape)
             flat %= size
         return tuple(int(i) for i in np.unravel_index(flat, shape)) if shape else ()
 
@@ -111,7 +113,7 @@ def _uint(dt):
 def flip_bit(x, bit, idx):
     """A copy of ``x`` with bit ``bit`` (0 = least significant of the dtype's storage) of
     element ``idx`` flipped."""
-    x = np.array(x, copy=True)
+    x = np.array(x, copy=True, order="C")      # C order: the flat view below is x itself
     u = _uint(x.dtype)
     nbits = 8 * u.itemsize
     if not 0 <= int(bit) < nbits:

@@ -28,6 +28,8 @@ def test_bits_are_numbered_from_the_formats_least_significant_bit():
     assert flip_bit(np.array([1.0], np.float64), 51, (0,))[0] == 1.5
     assert flip_bit(np.array([1.0], ml_dtypes.float8_e4m3fn), 3, (0,))[0] == 0.5   # 7 -> 6
     assert flip_bit(np.array([5], np.int32), 1, (0,))[0] == 7
+    t = flip_bit(np.ones((2, 3), np.float32).T, 31, (2, 1))          # a transposed view
+    assert t[2, 1] == -1.0 and (t == -1).sum() == 1
     with pytest.raises(ValueError, match="bit 16"):
         flip_bit(one, 16, (0,))
     with pytest.raises(TypeError, match="bool"):
@@ -91,6 +93,19 @@ def test_value_faults_and_weight_faults_leave_the_parameter_alone():
     assert out[0, 0] == 7.0
 
 
+def test_a_weight_fault_means_the_same_element_with_and_without_abft():
+    rng = np.random.default_rng(8)
+    x, w = rng.standard_normal((6, 10)).astype(np.float32), rng.standard_normal(
+        (4, 10)).astype(np.float32)
+    f = lambda a, b: nn.linear(a, b)             # noqa: E731
+    fault = BitFlip(27, where="weight", index=(3, 7))
+    plain = inject(f, fault)(x, w)
+    (checked, rep), log = inject(abft(f, report=True, correct=False), fault, report=True)(x, w)
+    assert log[0].index == (7, 3)                # w.T as the GEMM reads it
+    np.testing.assert_array_equal(checked, plain)
+    assert rep.gemms[0].detected == 6 and {loc[1] for loc in rep.gemms[0].locations} == {3}
+
+
 def test_accumulator_faults_land_before_the_output_is_rounded():
     rng = np.random.default_rng(4)
     A = rng.standard_normal((8, 32)).astype(BF16)
@@ -148,8 +163,11 @@ def test_torch_module_neuron_and_weight_faults_by_layer_name():
     assert [(e.op, e.layer, e.where) for e in log] == [("conv", "0", "weight")]
     assert not torch.allclose(out, ref)
     assert torch.equal(model[3].weight, w_before)
-    # inside abft the weight is the GEMM's (O, C k k + 1) matrix: a random element of it
-    out, rep = inject(abft(model, report=True), faults.weight("0", bit=30, seed=3))(x)
+    # inside abft the conv weight is the GEMM's (O, C k k + 1) matrix; the parameter's index
+    # (o, c, kh, kw) maps to (o, c k k + kh k + kw)
+    (out, rep), log = inject(abft(model, report=True), faults.weight("0", (1, 0, 2, 2), bit=30),
+                             report=True)(x)
+    assert [(e.layer, e.index) for e in log] == [("0", (1, 8))]
     assert rep.gemms[0].detected > 0 and rep.gemms[0].uncorrected == 0
     torch.testing.assert_close(out, ref, rtol=1e-4, atol=1e-4)
 

@@ -91,9 +91,9 @@ class InjectInterpreter(Interpreter):
                     out.append((k, f, rng))
         return out
 
-    def _hit(self, x, k, fault, rng, where, site, n):
+    def _hit(self, x, k, fault, rng, where, site, n, index=None):
         v = np.asarray(concrete(x))
-        idx = fault.pick(v, rng)
+        idx = fault.pick(v, rng, index)
         if idx is None:                      # no element qualifies (BitFlip's direction)
             return x
         y = fault.apply(v, idx)
@@ -169,12 +169,17 @@ class InjectInterpreter(Interpreter):
                 out = self._hit(out, k, f, r, "output", site, n)
         return Tracer(self, out)
 
-    def _operand_faults(self, vals, fired, site, n, wi):
+    def _operand_faults(self, vals, fired, site, n, wi, gemm=False):
+        """Faults in the operands; inside abft's GEMM (``gemm``) a layer weight's index is
+        given in the parameter's coordinates and mapped to the GEMM's weight operand."""
         vals = list(vals)
         for k, f, r in fired:
             if f.where in ("input", "weight"):
                 i = wi if f.where == "weight" else 1 - wi
-                vals[i] = self._hit(vals[i], k, f, r, f.where, site, n)
+                index = None
+                if gemm and f.where == "weight":
+                    index = site.weight_index(f.index, np.shape(concrete(vals[i])))
+                vals[i] = self._hit(vals[i], k, f, r, f.where, site, n, index)
         return vals
 
     def _inner_matmul(self, prim, args, params):
@@ -209,7 +214,7 @@ class InjectInterpreter(Interpreter):
         fired = self._gemm_faults(site, n)
         wi = site.weight if site.weight is not None else 1
         vals = self._operand_faults([a.primal if own(self, a) else a for a in args],
-                                    fired, site, n, wi)
+                                    fired, site, n, wi, gemm=True)
         out = self.bind_parent(prim, *vals, **params)
         stores = params.get("out") is not None
         self.pending = []

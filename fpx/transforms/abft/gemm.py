@@ -50,17 +50,38 @@ STORE = Primitive("gemm_store", _store_impl, kind="cast",
 class Site:
     """Where a GEMM sits in the program: ``op`` (the outermost contraction it belongs to:
     "matmul", "linear", "conv", "einsum", ...), ``layer`` (a torch program's layer, from the
-    parameter it multiplies, else None), ``weight`` (which operand, 0 or 1, is the layer's
-    weight, else None)."""
+    parameter it multiplies, else None), ``weight`` (which GEMM operand, 0 or 1, holds the
+    layer's weight), ``wshape`` (a linear or conv layer's weight shape, whose coordinates
+    :meth:`weight_index` maps into the GEMM's weight operand)."""
 
-    __slots__ = ("op", "layer", "weight")
+    __slots__ = ("op", "layer", "weight", "wshape")
 
-    def __init__(self, op, layer=None, weight=None):
-        self.op, self.layer, self.weight = op, layer, weight
+    def __init__(self, op, layer=None, weight=None, wshape=None):
+        self.op, self.layer, self.weight, self.wshape = op, layer, weight, wshape
 
     def matches(self, name) -> bool:
         return name == self.op or (self.layer is not None and (
             name == self.layer or self.layer.startswith(name + ".")))
+
+    def weight_index(self, idx, shape):
+        """A layer weight's index (the parameter's coordinates) in the GEMM's weight operand
+        of ``shape``: linear's (out, in) -> the transposed weight's (in, out); conv's
+        (o, c, k...) -> the (O, C k... [+ bias]) matrix's (o, flat) or, with groups,
+        (g, o', flat). Other indices are returned as they are."""
+        if self.wshape is None or not isinstance(idx, tuple) or len(idx) != len(self.wshape):
+            return idx
+        if not all(-n <= int(i) < n for i, n in zip(idx, self.wshape)):
+            return idx                         # out of range: the fault's own error says so
+        idx = tuple(int(i) % n for i, n in zip(idx, self.wshape))
+        if self.op == "linear" and len(idx) == 2:
+            return (idx[1], idx[0])
+        if self.op == "conv" and len(idx) >= 3:
+            flat = int(np.ravel_multi_index(idx[1:], self.wshape[1:]))
+            if len(shape) == 3:
+                og = shape[1]
+                return (idx[0] // og, idx[0] % og, flat)
+            return (idx[0], flat)
+        return idx
 
     def __repr__(self):
         return f"Site({self.op!r}" + (f", layer={self.layer!r}" if self.layer else "") + ")"

@@ -75,8 +75,10 @@ class AbftInterpreter(Interpreter):
         if isinstance(prim, Composite) and prim.kind == "matmul":
             if self.site is not None:               # inside another contraction: its site
                 return prim.decomposition(*args, **params)
-            layer, w = site_layer(self.names, operand_values(args))
-            self.site = Site(prim.name, layer, WEIGHT_OPERAND.get(prim.name, 1))
+            vals = operand_values(args)
+            layer, w = site_layer(self.names, vals)
+            wshape = tuple(vals[1].shape) if prim.name in ("linear", "conv") else None
+            self.site = Site(prim.name, layer, WEIGHT_OPERAND.get(prim.name, 1), wshape)
             try:
                 return prim.decomposition(*args, **params)
             finally:
