@@ -98,9 +98,8 @@ class Fault:
 
 def _bad_index(index, shape):
     raise IndexError(f"fpx.inject: index {index!r} is out of range for a value of shape {shape} "
-                     "(inside fpx.abft, indices are those of the GEMM's operands and result: a "
-                     "convolution's (O, C*k*k) weight matrix and (O, N*H*W) output, a linear "
-                     "layer's transposed weight)")
+                     "(inside fpx.abft, indices other than a layer weight's are those of the "
+                     "GEMM's operands and result: a convolution's (O, N*H*W) output)")
 
 
 def _uint(dt):
