@@ -77,13 +77,17 @@ def _avg_pool_divisors(sp, kernel_size, stride, padding, out, count_include_pad)
     return functools.reduce(np.multiply.outer, lens)
 
 
-def _avg_pool_decomp(x, *, kernel_size, stride, padding, count_include_pad, ceil_mode=False):
+def _avg_pool_decomp(x, *, kernel_size, stride, padding, count_include_pad, ceil_mode=False,
+                     divisor_override=None):
     """Pad with 0 (and on the right up to ceil_mode's last window), stack the windows, sum
-    over them, divide by each window's divisor (:func:`_avg_pool_divisors`)."""
+    over them, divide by each window's divisor (:func:`_avg_pool_divisors`) or by
+    ``divisor_override`` for every window."""
     nd, sp = len(kernel_size), _shape(x)[2:]
     x = _pad_spatial(x, _pool_pads(x, kernel_size, stride, padding, (1,) * nd, ceil_mode), 0)
     views, out = _windows(x, kernel_size, stride, (1,) * nd)
     s = fnp.sum(fnp.stack(views, axis=2), axis=2) if len(views) > 1 else views[0]
+    if divisor_override is not None:
+        return fnp.divide(s, _c(divisor_override, s))
     cnt = _avg_pool_divisors(sp, kernel_size, stride, padding, out, count_include_pad)
     if np.all(cnt == math.prod(kernel_size)):
         return fnp.divide(s, _c(math.prod(kernel_size), s))
@@ -135,14 +139,23 @@ def max_pool(x, kernel_size, stride=None, padding=0, dilation=1, ceil_mode=False
     return fnp.reshape(y, _shape(y)[1:]) if unb else y
 
 
-def avg_pool(x, kernel_size, stride=None, padding=0, count_include_pad=True, ceil_mode=False):
+def avg_pool(x, kernel_size, stride=None, padding=0, count_include_pad=True, ceil_mode=False,
+             divisor_override=None):
     """Average pooling (PyTorch ``avg_pool1d/2d/3d``): sum of each window (zero padding) /
     prod(kernel_size), or / the count of non-padding elements when
     ``count_include_pad=False``. ``ceil_mode``: the windows of :func:`max_pool`'s, and the
-    last ones divided by their size clipped at the right padding's end, as torch's kernel."""
+    last ones divided by their size clipped at the right padding's end, as torch's kernel.
+    ``divisor_override``: a nonzero integer every window's sum is divided by instead."""
     x, k, s, p, _, unb = _pool_args("avg_pool", x, kernel_size, stride, padding, 1)
+    if divisor_override is not None:
+        if isinstance(divisor_override, bool) or int(divisor_override) != divisor_override \
+                or divisor_override == 0:
+            raise ValueError(f"fpx.nn.avg_pool: divisor_override must be a nonzero integer, "
+                             f"got {divisor_override!r}")
+        divisor_override = int(divisor_override)
     y = _avg_pool.bind(x, kernel_size=k, stride=s, padding=p,
-                       count_include_pad=bool(count_include_pad), ceil_mode=bool(ceil_mode))
+                       count_include_pad=bool(count_include_pad), ceil_mode=bool(ceil_mode),
+                       divisor_override=divisor_override)
     return fnp.reshape(y, _shape(y)[1:]) if unb else y
 
 

@@ -126,3 +126,19 @@ def test_avg_pool_ceil_mode_is_torchs(size, k, s, p, count_include_pad, dtype):
         assert iv.value.shape == own.shape
         assert iv.contains(own).all() and iv.contains(f(x.double())).all()
         assert torch.allclose(iv.value.double(), own.double(), rtol=4 * torch.finfo(dtype).eps)
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+def test_avg_pool_divisor_override_holds_torch(dtype):
+    """avg_pool's divisor_override (was unmapped): every window's sum divided by the given
+    integer -- torch's CPU output and the float64 run of the same input inside the bound."""
+    x = (torch.randn(2, 3, 9, 9, generator=torch.Generator().manual_seed(0)) * 3).to(dtype)
+    for kw in (dict(kernel_size=3, divisor_override=5),
+               dict(kernel_size=2, stride=2, padding=1, divisor_override=3, ceil_mode=True),
+               dict(kernel_size=(3, 2), stride=2, divisor_override=-2)):
+        def f(t):
+            return F.avg_pool2d(t, **kw)
+        iv = fpx.interval(f)(x)
+        assert iv.contains(f(x).double()).all() and iv.contains(f(x.double())).all(), kw
+    with pytest.raises(ValueError, match="divisor_override"):
+        fpx.nn.avg_pool(np.ones((1, 1, 4, 4), np.float32), (2, 2), divisor_override=0)

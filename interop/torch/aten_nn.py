@@ -315,11 +315,10 @@ def _max_pool(ctx, x, kernel_size, stride=(), padding=0, dilation=1, ceil_mode=F
 @_op("aten.avg_pool2d", "aten.avg_pool1d", "aten.avg_pool3d")
 def _avg_pool(ctx, x, kernel_size, stride=(), padding=0, ceil_mode=False,
               count_include_pad=True, divisor_override=None):
-    if divisor_override is not None:
-        raise UnmappedOpError(ctx.op, " with divisor_override")
     k, s, p, _ = _pool_args(ctx, x, kernel_size, stride, padding)
     comp = opmath(ctx.dtype)
-    return cast(fnn.avg_pool(cast(x, comp), k, s, p, count_include_pad, ceil_mode), ctx.dtype)
+    return cast(fnn.avg_pool(cast(x, comp), k, s, p, count_include_pad, ceil_mode,
+                             divisor_override), ctx.dtype)
 
 
 @_op("aten._adaptive_avg_pool2d", "aten.adaptive_avg_pool2d", "aten._adaptive_avg_pool1d",
