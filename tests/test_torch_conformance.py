@@ -259,3 +259,19 @@ def test_interval_inputs_hold_torch_at_every_point(name, dtype):
     for p in pts:
         inside = iv.contains(fn(p).double().numpy())
         assert inside.all(), f"{name} {dtype}: {int((~inside).sum())} elements outside"
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_half_add_sub_round_a_python_scalar_to_the_tensor_dtype_first(dtype):
+    # torch's CPU add/sub/rsub round the scalar to float16/bfloat16 (bf16(0.890625) + -0.85 is
+    # 0.890625 - 0.8515625); mul/div keep it in float32. Each must stay roundoff vs eager.
+    torch.manual_seed(0)
+    x = (torch.randn(257) * 3).to(dtype)
+    progs = [lambda x: x + -0.85, lambda x: x - 0.3, lambda x: 0.37 - x, lambda x: 0.1 + x,
+             lambda x: x * 0.37, lambda x: x / 0.3, lambda x: torch.add(x, 0.3)]
+    for f in progs:
+        y = f(x)
+        iv = fpx.interval(f)(x)
+        assert torch.equal(iv.value, y)
+        assert iv.contains(y).all()
+        assert fpx.classify(f, y, x).kind == "roundoff"

@@ -10,7 +10,7 @@ import numpy as np
 import fpx.nn as fnn
 import fpx.numpy as fnp
 from fpx.core import concrete
-from fpx.interop.torch.table import (Lazy, UnmappedOpError, accumulate, cast, compare,
+from fpx.interop.torch.table import (HALF, Lazy, UnmappedOpError, accumulate, cast, compare,
                                      dim_of, dims_of, dtype_of, elementwise, is_arr, is_float,
                                      opmath, shape_of)
 from fpx.interop.torch.table import register_aten as _op
@@ -25,9 +25,24 @@ def _sub(a, b, alpha=1):
     return fnp.subtract(a, b if alpha == 1 else fnp.multiply(b, cast(alpha, dtype_of(b))))
 
 
-_op("aten.add.Tensor", "aten.add.Scalar")(elementwise(_add))
-_op("aten.sub.Tensor", "aten.sub.Scalar")(elementwise(_sub))
-_op("aten.rsub.Scalar", "aten.rsub.Tensor")(elementwise(lambda a, b, alpha=1: _sub(b, a, alpha)))
+def _scalars_stored(fn):
+    """torch's CPU add, sub and rsub round a Python scalar operand to a float16/bfloat16
+    result's dtype before the float32 arithmetic (measured on torch 2.13: ``bf16(0.890625) +
+    -0.85`` is ``0.890625 - 0.8515625``); mul and div keep it in float32."""
+    inner = elementwise(fn)
+
+    def h(ctx, *xs, **kw):
+        if np.dtype(ctx.dtype) in HALF:
+            xs = [cast(x, ctx.dtype) if isinstance(x, (int, float)) and not isinstance(x, bool)
+                  else x for x in xs]
+        return inner(ctx, *xs, **kw)
+    return h
+
+
+_op("aten.add.Tensor", "aten.add.Scalar")(_scalars_stored(_add))
+_op("aten.sub.Tensor", "aten.sub.Scalar")(_scalars_stored(_sub))
+_op("aten.rsub.Scalar", "aten.rsub.Tensor")(
+    _scalars_stored(lambda a, b, alpha=1: _sub(b, a, alpha)))
 _op("aten.mul.Tensor", "aten.mul.Scalar")(elementwise(fnp.multiply))
 _op("aten.div.Tensor", "aten.div.Scalar")(elementwise(fnp.divide))
 
