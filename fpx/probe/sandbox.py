@@ -224,7 +224,8 @@ class Sandbox:
 
     def _stderr_tail(self):
         try:
-            self.err.seek(0)
+            self.err.seek(0, os.SEEK_END)
+            self.err.seek(max(0, self.err.tell() - 4000))
             return self.err.read().decode(errors="replace")[-2000:]
         except Exception:
             return ""
