@@ -246,6 +246,27 @@ def _prod(ctx, x, dim=None, keepdim=False, *, dtype=None):
     return cast(fnp.prod(y, dims_of(dim, len(shape_of(x))), keepdims=keepdim), out)
 
 
+@_op("aten.logsumexp.default")
+def _logsumexp(ctx, x, dim, keepdim=False):
+    """torch's kernel (``logsumexp_out_impl``): m = amax over ``dim`` (an infinite maximum
+    taken as 0), then ``sum(exp(x - m))``, its log, plus m -- each a tensor op in the result's
+    dtype, so float16/bfloat16 round after every step (the sum accumulates in float32). The
+    export's default decomposition computes it all in float32 and rounds once: eager CPU
+    outputs were an ulp outside that model's bound."""
+    out, comp = ctx.dtype, opmath(ctx.dtype)
+    dims = dims_of(dim, len(shape_of(x)))
+    xc = cast(x, comp)
+    if any(shape_of(x)[d] == 0 for d in dims):
+        return cast(fnp.log(fnp.sum(fnp.exp(xc), dims, keepdims=keepdim)), out)
+
+    def step(y):            # one tensor op's result: stored in ``out``, read back in opmath
+        return cast(cast(y, out), comp)
+    m = fnp.max(xc, dims, keepdims=True)
+    m = fnp.where(fnp.isinf(m), 0.0, m)
+    s = step(fnp.sum(step(fnp.exp(step(fnp.subtract(xc, m)))), dims, keepdims=keepdim))
+    return cast(fnp.add(step(fnp.log(s)), m if keepdim else fnp.squeeze(m, dims)), out)
+
+
 @_op("aten.amax", "aten.amin")
 def _amaxmin(ctx, x, dim=(), keepdim=False):
     f = fnp.max if ctx.op.startswith("aten.amax") else fnp.min

@@ -18,7 +18,8 @@ from fpx.core import FpxError
 from fpx.interop.torch.table import (Ctx, UnmappedOpError, conform, getitem, is_arr,
                                      layout_of, lookup, meta_of)
 
-_KEEP = ("aten.linear.default", "aten.scaled_dot_product_attention.default")
+_KEEP = ("aten.linear.default", "aten.scaled_dot_product_attention.default",
+         "aten.logsumexp.default")
 
 
 # torch.export is not thread-safe (its fake mode, and a non-strict export swaps the module's
