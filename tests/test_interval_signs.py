@@ -106,3 +106,22 @@ def test_an_underflowing_product_keeps_its_exact_value_inside():
         for i in range(x.size):
             e = Fraction(float(x[i])) * Fraction(float(y[i]))
             assert Fraction(float(iv.lo[i])) <= e <= Fraction(float(iv.hi[i])), i
+
+
+def test_exact_operations_on_points_are_points():
+    # (1 - m) * finfo.min of a 0/1 mask: each op on points is exact in float64 and gives the
+    # program's value, so the bound is that value (it overflowed to -inf); an inexact one
+    # (0.1 + 0.2) keeps its rounding's width, and float64 programs their TwoSum test
+    mn = np.finfo(F32).min
+    m = np.array([0.0, 1.0, 1.0, 0.0], F32)
+    f = lambda m: (F32(1.0) - m) * mn               # noqa: E731
+    iv = fpx.interval(f)(m)
+    y = f(m)
+    assert np.array_equal(iv.lo, y) and np.array_equal(iv.hi, y)
+    a, b = np.array([0.1, 3.0], F32), np.array([0.2, 4.0], F32)
+    iv = fpx.interval(lambda a, b: a + b)(a, b)
+    assert iv.lo[0] < iv.hi[0] and iv.lo[1] == iv.hi[1] == 7.0 and iv.contains(a + b).all()
+    x = np.array([0.1, 2.0 ** 60, 1.0]), np.array([0.2, 1.0, 2.0 ** -60])
+    iv = fpx.interval(lambda a, b: a + b)(*x)
+    assert iv.lo[0] < iv.hi[0] and iv.lo[1] < iv.hi[1] and iv.lo[2] < iv.hi[2]
+    assert iv.contains(x[0] + x[1]).all()

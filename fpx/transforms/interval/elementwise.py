@@ -37,11 +37,35 @@ def _add_sub(self, prim, a, b):
         # one fused pass: the float64 sum, its rounding and the op's (see round_bounds)
         R, A, top = rounding_terms(F, acc.ulps, acc.absolute, steps=1)
         lo, hi = _K.add_bounds(alo, ahi, blo, bhi, R, A, top)
-        return self.new(v, lo, hi, un)
+        if pt:
+            lo, hi, pt = _exact_on_points(v, lo, hi, alo, blo, "add")
+        return self.new(v, lo, hi, un, pt and un is None)
     with np.errstate(invalid="ignore", over="ignore"):
         lo, hi = alo + blo, ahi + bhi
         lo, hi = self.round_result(prim.name, v, lo, hi, (alo, ahi), (blo, bhi), steps=1)
     return self.new(v, lo, hi, un)
+
+
+def _exact_on_points(v, lo, hi, a, b, op):
+    """An operation on two points whose float64 result is exact and is the program's value
+    (``v``): that value is representable, so a correctly rounded or faithful op returns it
+    exactly -- the bound is the point, not a rounding's width (``1.0 - m`` of a mask, then
+    ``* finfo.min``). Exactness: the float64 sum's TwoSum error is 0; a product of formats
+    of at most 26 bits is exact in float64 unless it underflows. Returns (lo, hi, whether
+    every element is such a point)."""
+    with np.errstate(all="ignore"):
+        a, b = np.asarray(a, np.float64), np.asarray(b, np.float64)
+        y = a + b if op == "add" else a * b
+        vf = np.asarray(concrete(v)).astype(np.float64)
+        if op == "add":
+            bb = y - a
+            exact = ((a - (y - bb)) + (b - bb)) == 0
+        else:
+            exact = (y == 0) | (np.abs(y) >= 2.0 ** -969)
+        exact &= (vf == y) & np.isfinite(y)
+    if not np.any(exact):
+        return lo, hi, False
+    return np.where(exact, y, lo), np.where(exact, y, hi), bool(np.all(exact))
 
 
 @rule("mul")
@@ -68,7 +92,9 @@ def _mul(self, prim, a, b):
             # one fused pass: corners, the float64 product's rounding and the op's
             R, A, top = rounding_terms(F, acc.ulps, acc.absolute, steps=1)
             lo, hi = _K.mul_bounds(alo, ahi, blo, bhi, R, A, top)
-            return self.new(v, lo, hi, un)
+            if pt and F.p <= 26:
+                lo, hi, pt = _exact_on_points(v, lo, hi, alo, blo, "mul")
+            return self.new(v, lo, hi, un, pt and un is None and F.p <= 26)
         lo, hi = mul_bounds(alo, ahi, blo, bhi)
     with np.errstate(invalid="ignore", over="ignore"):
         lo, hi = self.round_result("mul", v, lo, hi, (alo, ahi), (blo, bhi))
