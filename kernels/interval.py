@@ -308,6 +308,38 @@ def add_bounds(alo, ahi, blo, bhi, rel, absl, top, floor=-math.inf):
     return _result(rlo, shape), _result(rhi, shape)
 
 
+@numba.njit(cache=True, error_model="numpy")
+def _exact_points_loop(v, a, b, add, lo, hi):
+    n = 0
+    for i in range(lo.shape[0]):
+        for j in range(lo.shape[1]):
+            x, z = np.float64(_at(a, i, j)), np.float64(_at(b, i, j))
+            if add:
+                y = x + z
+                bb = y - x
+                ok = ((x - (y - bb)) + (z - bb)) == 0.0          # TwoSum's error is 0
+            else:
+                y = x * z
+                ok = (y == 0.0) | (abs(y) >= 2.0 ** -969)        # no underflow
+            if ok & (np.float64(_at(v, i, j)) == y) & (abs(y) < math.inf):
+                lo[i, j] = y
+                hi[i, j] = y
+                n += 1
+    return n
+
+
+def exact_points(v, lo, hi, a, b, add):
+    """(lo, hi, all): the bounds of ``a + b`` (``add``) or ``a · b`` of two points, with each
+    element whose float64 result is exact (TwoSum's error 0; a product of formats of at most
+    26 bits that does not underflow) and equals the program's value ``v`` set to that point,
+    in one pass; ``all``: every element was."""
+    (v, a, b), (lo2, hi2), shape, (rlo, rhi) = _flat((v, a, b), (np.float64, np.float64))
+    rlo[...] = lo
+    rhi[...] = hi
+    n = _exact_points_loop(v, a, b, bool(add), lo2, hi2)
+    return _result(rlo, shape), _result(rhi, shape), n == lo2.size
+
+
 @numba.njit(inline="always", error_model="numpy")
 def _mul_rounded(al, ah, bl, bh, r, a, top):
     """The interval product widened by ``|y|·r + a`` (``_lower``/``_upper``), its sign kept

@@ -50,22 +50,12 @@ def _exact_on_points(v, lo, hi, a, b, op):
     """An operation on two points whose float64 result is exact and is the program's value
     (``v``): that value is representable, so a correctly rounded or faithful op returns it
     exactly -- the bound is the point, not a rounding's width (``1.0 - m`` of a mask, then
-    ``* finfo.min``). Exactness: the float64 sum's TwoSum error is 0; a product of formats
-    of at most 26 bits is exact in float64 unless it underflows. Returns (lo, hi, whether
-    every element is such a point)."""
-    with np.errstate(all="ignore"):
-        a, b = np.asarray(a, np.float64), np.asarray(b, np.float64)
-        y = a + b if op == "add" else a * b
-        vf = np.asarray(concrete(v)).astype(np.float64)
-        if op == "add":
-            bb = y - a
-            exact = ((a - (y - bb)) + (b - bb)) == 0
-        else:
-            exact = (y == 0) | (np.abs(y) >= 2.0 ** -969)
-        exact &= (vf == y) & np.isfinite(y)
-    if not np.any(exact):
-        return lo, hi, False
-    return np.where(exact, y, lo), np.where(exact, y, hi), bool(np.all(exact))
+    ``* finfo.min``). Returns (lo, hi, whether every element is such a point);
+    ``kernels.interval.exact_points`` is the one pass."""
+    v = np.asarray(concrete(v))
+    if v.dtype not in (np.float32, np.float64):
+        v = v.astype(np.float64)          # float16/bfloat16 values: exact in float64
+    return _K.exact_points(v, lo, hi, a, b, op == "add")
 
 
 @rule("mul")

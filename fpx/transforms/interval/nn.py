@@ -232,10 +232,10 @@ def _v_hull(self, out, v, taken, slo):
     if not self._own(out):
         return out
     vlo, vhi, _, _ = self.bounds(v)
-    olo, ohi, ou, _ = self.bounds(out)
     vlo, vhi = np.asarray(vlo, np.float64), np.asarray(vhi, np.float64)
+    ov = concrete(out.primal)
     if not (all_finite(vlo) and all_finite(vhi)) or vlo.ndim < 2 or not isinstance(
-            olo, np.ndarray) or is_cupy(olo):
+            ov, np.ndarray) or is_cupy(ov):
         return out
     dt = np.asarray(concrete(out.primal)).dtype
     n = vlo.shape[-2]
@@ -244,8 +244,8 @@ def _v_hull(self, out, v, taken, slo):
         mx = np.max(vhi, axis=-2, keepdims=True)
     else:
         t = np.broadcast_to(taken, np.broadcast_shapes(taken.shape, slo.shape))
-        mn = np.full(olo.shape, np.inf)
-        mx = np.full(olo.shape, -np.inf)
+        mn = np.full(np.shape(ov), np.inf)
+        mx = np.full(np.shape(ov), -np.inf)
         step = max(1, int(2 ** 22 // max(1, n * vlo.shape[-1] * int(np.prod(t.shape[:-2])))))
         for i in range(0, t.shape[-2], step):   # (..., rows, S, Ev) at most ~4M elements
             ti = t[..., i:i + step, :, None]
@@ -262,10 +262,21 @@ def _v_hull(self, out, v, taken, slo):
         hhi = mx + e
         hlo = hlo - uo * np.abs(hlo) - Fo.smallest_subnormal
         hhi = hhi + uo * np.abs(hhi) + Fo.smallest_subnormal
+        if out.rad is not None and _ball_inside(ov, out.rad, hlo, hhi):
+            return out          # the hull cannot tighten it: keep the ball (no box made)
+        olo, ohi, ou, _ = self.bounds(out)
         live = np.isfinite(hlo) & np.isfinite(hhi)      # a row with a key taken
         lo = np.where(live, np.fmax(olo, hlo), olo)
         hi = np.where(live, np.fmin(ohi, hhi), ohi)
     return self.new(out.primal, lo, hi, ou)
+
+
+def _ball_inside(v, r, lo, hi):
+    """Is every ball ``|y - v| <= r`` (widened by far more than its box conversion's own
+    rounding) inside [lo, hi]? Only decides whether intersecting can tighten anything."""
+    with np.errstate(invalid="ignore", over="ignore"):
+        v, w = np.asarray(v, np.float64), np.asarray(r, np.float64) * (1 + 2.0 ** -40) + 1e-300
+        return bool(np.all(v - w >= lo) and np.all(v + w <= hi))
 
 
 def _broadcasts_to(shape, target):
