@@ -30,6 +30,7 @@ from _timing import parse_args  # noqa: E402
 
 from fpx.faults import BitFlip  # noqa: E402
 from fpx.transforms.abft import abft  # noqa: E402
+from fpx.transforms.abft.thresholds import PAPER_INPUTS, paper_inputs  # noqa: E402
 from fpx.transforms.inject import inject  # noqa: E402
 
 BF16 = ml_dtypes.bfloat16
@@ -39,19 +40,7 @@ def mm(a, b):
     return a @ b
 
 
-def dist(name, rng, shape):
-    if name == "N(1e-6,1)":
-        return rng.normal(1e-6, 1.0, shape)
-    if name == "N(1,1)":
-        return rng.normal(1.0, 1.0, shape)
-    if name == "U(-1,1)":
-        return rng.uniform(-1.0, 1.0, shape)
-    if name == "U(0,1)":
-        return rng.uniform(0.0, 1.0, shape)
-    x = rng.normal(0.0, 1.0, shape)                       # truncated N(0, 1) on [-1, 1]
-    while (bad := np.abs(x) > 1).any():
-        x[bad] = rng.normal(0.0, 1.0, int(bad.sum()))
-    return x
+dist = paper_inputs      # the V-ABFT paper's input distributions
 
 
 def overhead(n, rounds):
@@ -115,7 +104,7 @@ def fp_rate(trials):
     for fmt, verify in [("float64", "online"), ("float32", "online"), ("bfloat16", "online"),
                         ("bfloat16", "offline"), ("float16", "offline"),
                         ("float8_e4m3fn", "offline")]:
-        for k, d in enumerate(("N(1e-6,1)", "N(1,1)", "U(-1,1)", "trunc N(0,1)")):
+        for k, d in enumerate(PAPER_INPUTS):
             rng = np.random.default_rng(1000 + k)
             det = done = 0
             while done < trials:
@@ -197,8 +186,7 @@ def main(argv=None):
         print(f"  {k:40} {v:.2e}")
     res["false_positive_rate"] = fp
     res["fp_trials"] = trials
-    det = detection(8 if q else 64, ("N(1e-6,1)", "U(-1,1)") if q else
-                    ("N(1e-6,1)", "N(1,1)", "U(-1,1)", "trunc N(0,1)"))
+    det = detection(8 if q else 64, ("N(1e-6,1)", "U(-1,1)") if q else PAPER_INPUTS)
     print("detection rate (%) per bf16 bit, (128, 1024, 256), one flip per trial:")
     for k, v in det.items():
         print(f"  {k:38} " + ("   n/a (no such element)" if v is None else f"{v:6.1f}"))

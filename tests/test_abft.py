@@ -10,6 +10,7 @@ import fpx
 import fpx.nn as nn
 from fpx.faults import BitFlip
 from fpx.transforms.abft import DEFAULT_EMAX, AAbft, abft, aabft_sigma, calibrate
+from fpx.transforms.abft.thresholds import PAPER_INPUTS, paper_inputs
 from fpx.transforms.inject import inject
 
 BF16 = ml_dtypes.bfloat16
@@ -19,20 +20,7 @@ def mm(a, b):
     return a @ b
 
 
-def dist(name, rng, shape):
-    """The V-ABFT paper's input distributions."""
-    if name == "n0":
-        return rng.normal(1e-6, 1.0, shape)
-    if name == "n1":
-        return rng.normal(1.0, 1.0, shape)
-    if name == "u":
-        return rng.uniform(-1.0, 1.0, shape)
-    x = rng.normal(0.0, 1.0, shape)            # N(0, 1) truncated to [-1, 1]
-    while True:
-        bad = np.abs(x) > 1
-        if not bad.any():
-            return x
-        x[bad] = rng.normal(0.0, 1.0, int(bad.sum()))
+dist = paper_inputs      # the V-ABFT paper's input distributions
 
 
 CONFIGS = [("float64", "online"), ("float32", "online"), ("bfloat16", "online"),
@@ -46,7 +34,7 @@ CONFIGS = [("float64", "online"), ("float32", "online"), ("bfloat16", "online"),
 def test_zero_false_positives_over_ten_thousand_clean_trials(dtype, verify):
     """10^4 clean GEMMs (16, 64, 16) per format, 2500 from each of the paper's distributions,
     batched into one call per distribution: no row over its V-ABFT threshold."""
-    for k, d in enumerate(("n0", "n1", "u", "tn")):
+    for k, d in enumerate(PAPER_INPUTS):
         rng = np.random.default_rng(100 + k)
         A = dist(d, rng, (2500, 16, 64)).astype(dtype)
         B = dist(d, rng, (2500, 64, 16)).astype(dtype)
@@ -104,7 +92,7 @@ def test_bf16_exponent_bits_11_to_14_always_detected(bit):
     detected, located and corrected. Offline (the bf16 output): every flip that sets it (the
     element grows by 2^(2^(b-7))); a flip that clears it shrinks the element to ~0, which the
     check sees only where the element exceeds the threshold."""
-    for k, d in enumerate(("n0", "n1", "u", "tn")):
+    for k, d in enumerate(PAPER_INPUTS):
         rng = np.random.default_rng(10 * bit + k)
         A = dist(d, rng, (8, 128, 1024)).astype(BF16)
         B = dist(d, rng, (8, 1024, 256)).astype(BF16)

@@ -34,6 +34,31 @@ class Info:
             setattr(self, k, kw.get(k))
 
 
+PAPER_INPUTS = ("N(1e-6,1)", "N(1,1)", "U(-1,1)", "trunc N(0,1)")
+
+
+def paper_inputs(name, rng, shape):
+    """Float64 samples of one of the V-ABFT paper's input distributions: ``PAPER_INPUTS``,
+    ``"U(0,1)"``, or ``"|N(1,1)|"`` (its calibration protocol); ``trunc N(0,1)`` is N(0, 1)
+    truncated to [-1, 1]."""
+    if name == "N(1e-6,1)":
+        return rng.normal(1e-6, 1.0, shape)
+    if name == "N(1,1)":
+        return rng.normal(1.0, 1.0, shape)
+    if name == "|N(1,1)|":
+        return np.abs(rng.normal(1.0, 1.0, shape))
+    if name == "U(-1,1)":
+        return rng.uniform(-1.0, 1.0, shape)
+    if name == "U(0,1)":
+        return rng.uniform(0.0, 1.0, shape)
+    if name != "trunc N(0,1)":
+        raise ValueError(f"fpx.abft: unknown input distribution {name!r}")
+    x = rng.normal(0.0, 1.0, shape)
+    while (bad := np.abs(x) > 1).any():
+        x[bad] = rng.normal(0.0, 1.0, int(bad.sum()))
+    return x
+
+
 # ---------------------------------------------------------------------------------------------
 # V-ABFT (Gao, Hua, Chen), Eq. 23 with the extrema-variance bound (Theorem 1)
 # ---------------------------------------------------------------------------------------------

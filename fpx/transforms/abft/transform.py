@@ -10,7 +10,7 @@ from fpx.transform import run, transformed
 from fpx.transforms.abft import check as _check
 from fpx.transforms.abft.gemm import model_of, param_names
 from fpx.transforms.abft.interpreter import AbftInterpreter, check_options
-from fpx.transforms.abft.thresholds import PRESETS
+from fpx.transforms.abft.thresholds import PRESETS, paper_inputs
 
 __all__ = ["abft", "calibrate", "Calibration"]
 
@@ -96,8 +96,8 @@ def calibrate(dtype, sizes=(64, 128, 256, 512), trials=100, *, verify="online", 
         per_trial = 4 * (M * K + K * N + 2 * M * N)
         while left > 0:
             g = max(1, min(left, batch_bytes // max(per_trial, 1)))
-            A = np.abs(rng.normal(1.0, 1.0, (g, M, K))).astype(F.dtype)
-            B = np.abs(rng.normal(1.0, 1.0, (g, K, N))).astype(F.dtype)
+            A = paper_inputs("|N(1,1)|", rng, (g, M, K)).astype(F.dtype)
+            B = paper_inputs("|N(1,1)|", rng, (g, K, N)).astype(F.dtype)
             A, B = A.astype(acc), B.astype(acc)
             C = np.matmul(A, B)
             if offline:
