@@ -291,19 +291,7 @@ def _compare(t_out, r_out, events, bound, too_wide=1.0) -> Verdict:
         if sel.any() and _kind(t.value) not in "iub":
             halfw_over_obs.append((half[sel] / diff[sel]).ravel())
         if np.any(outside):
-            with np.errstate(invalid="ignore"):
-                dist = np.where(rhi < tlo, tlo - rhi, rlo - thi)
-                dist = np.where(np.isnan(rv), np.inf, dist)
-            v.margin_abs = max(v.margin_abs, float(np.max(dist[outside])))
-            rel = dist / np.where(half > 0, half, np.nan)
-            if np.isfinite(rel[outside]).any():
-                v.margin_rel = max(v.margin_rel, float(np.nanmax(rel[outside])))
-            order = np.argsort(-np.where(outside, dist, -np.inf), axis=None)[:20]
-            for flat in order:
-                idx = np.unravel_index(flat, outside.shape)
-                if outside[idx]:
-                    v.outside.append((i, tuple(int(j) for j in idx), float(rv[idx]),
-                                      float(tlo[idx]), float(thi[idx]), float(tv[idx])))
+            _record_outside(v, i, outside, tv, rv, tlo, thi, rlo, rhi, half)
         for who, iv in (("output", t), ("reference output", r)):
             if (iv.unstable is not None and np.any(to_host(iv.unstable))
                     and _kind(iv.value) in "iub"):
@@ -312,6 +300,31 @@ def _compare(t_out, r_out, events, bound, too_wide=1.0) -> Verdict:
         v.tightness = float(np.median(np.concatenate(halfw_over_obs)))
     if rel_widths:
         v.width = float(np.median(np.concatenate(rel_widths)))
+    return _conclude(v, events, n_nan, n_inf, n_wide, too_wide)
+
+
+def _record_outside(v, i, outside, tv, rv, tlo, thi, rlo, rhi, half):
+    """Output ``i``'s elements outside the target's bound into ``v``: the largest absolute
+    and relative (to the half-width) margins, and the 20 farthest elements."""
+    with np.errstate(invalid="ignore"):
+        dist = np.where(rhi < tlo, tlo - rhi, rlo - thi)
+        dist = np.where(np.isnan(rv), np.inf, dist)
+    v.margin_abs = max(v.margin_abs, float(np.max(dist[outside])))
+    rel = dist / np.where(half > 0, half, np.nan)
+    if np.isfinite(rel[outside]).any():
+        v.margin_rel = max(v.margin_rel, float(np.nanmax(rel[outside])))
+    order = np.argsort(-np.where(outside, dist, -np.inf), axis=None)[:20]
+    for flat in order:
+        idx = np.unravel_index(flat, outside.shape)
+        if outside[idx]:
+            v.outside.append((i, tuple(int(j) for j in idx), float(rv[idx]),
+                              float(tlo[idx]), float(thi[idx]), float(tv[idx])))
+
+
+def _conclude(v, events, n_nan, n_inf, n_wide, too_wide) -> Verdict:
+    """The verdict's kind and reasons from the counts :func:`_compare` gathered: bug where a
+    reference lies outside a finite bound and no event voids the bound, inconclusive where
+    anything is undecided, roundoff otherwise."""
     control = any(e.kind in ("unstable-control-flow", "escaped-value", "untraced-output")
                   for e in events)
     int_unstable = any("integer" in r for r in v.reasons)
