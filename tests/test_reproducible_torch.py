@@ -111,18 +111,24 @@ def test_function_of_tensors_and_unsupported_ops():
 
 
 # -- training steps -------------------------------------------------------------------------
-def _train(make, opt_cls, x, y, steps=2, **opt_kw):
-    """(parameters, losses) after ``steps`` training steps run under fpx.reproducible, on a
-    fresh copy of the model (dropout-free, train mode)."""
-    model = make().train()
-    opt = opt_cls(model.parameters(), **opt_kw)
-
+def _step(model, opt):
+    """One training step of ``model`` (cross entropy, backward, ``opt.step()``)."""
     def step(x, y):
         opt.zero_grad()
         loss = F.cross_entropy(model(x), y)
         loss.backward()
         opt.step()
         return loss
+    return step
+
+
+def _train(make, opt_cls, x, y, steps=2, **opt_kw):
+    """(parameters, losses) after ``steps`` training steps run under fpx.reproducible, on a
+    fresh copy of the model (dropout-free, train mode)."""
+    model = make().train()
+    opt = opt_cls(model.parameters(), **opt_kw)
+
+    step = _step(model, opt)
     losses = [fpx.reproducible(step)(x, y) for _ in range(steps)]
     return [p.detach().clone() for p in model.parameters()], losses
 
@@ -179,12 +185,7 @@ def test_training_step_leaves_no_trace_of_fpx_in_the_optimizer_state():
     model = make().train()
     opt = opt_cls(model.parameters(), **kw)
 
-    def step(x, y):
-        opt.zero_grad()
-        loss = F.cross_entropy(model(x), y)
-        loss.backward()
-        opt.step()
-        return loss
+    step = _step(model, opt)
     fpx.reproducible(step)(x, y)
     for p in model.parameters():
         st = opt.state[p]
