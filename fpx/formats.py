@@ -616,18 +616,7 @@ def round(x, fmt, mode: str = "rn", rng=None, *, residual=None, saturate: bool =
     xf = xp.reshape(xf, (-1,))
     if residual is not None:
         rf = xp.reshape(rf, (-1,))
-        with np.errstate(over="ignore", invalid="ignore"):
-            # renormalize by TwoSum: (s, e) with s = fl(x + r) is the same exact value
-            s = xf + rf
-            bb = s - xf
-            e = (xf - (s - bb)) + (rf - bb)
-            ok = xp.isfinite(s) & (s != xf)          # (s == x: as it was, -0.0 kept)
-            loose = ~xp.isfinite(s) & xp.isfinite(xf) & (xp.abs(rf) > xp.abs(xf) * 2.0 ** -53)
-            xf, rf = xp.where(ok | loose, s, xf), xp.where(ok, e, rf)
-            # non-finite residual or zero x: round the float64 sum (exact there)
-            swap = ~xp.isfinite(rf) | ((xf == 0) & (rf != 0))
-            xf = xp.where(swap, xf + rf, xf)
-            rf = xp.where(swap | ~xp.isfinite(xf) | loose, 0.0 * rf, rf)
+        xf, rf = _renormalize(xf, rf, xp)
     n = 1
     for s in shape:
         n *= s
@@ -650,32 +639,8 @@ def round(x, fmt, mode: str = "rn", rng=None, *, residual=None, saturate: bool =
     yfl = yce = None
 
     if residual is not None:
-        rb = _bits(rf, xp)
-        r_abs = rb & _ABS
-        rnz = r_abs != 0
-        same = (rb & _SIGN) == sign
-        rpos = rnz & same
-        rneg = rnz & ~same
-        inexact = inexact | rnz
-        # position w.r.t. the midpoint in the normal bracket [T, U]
-        half_r = _half_cmp(r_abs, c["Q"], xp)  # sign(|r| - 2**(Q-1)), used when k == 0
-        rsgn = xp.where(rpos, 1, xp.where(rneg, -1, 0))
-        cmp = xp.where(c["k"] >= 1, xp.where(cmp != 0, cmp, rsgn), xp.where(rpos, half_r, -1))
-        yfl, yce = _scaled(r_abs, c["q"], xp)
-        fsign = rsgn
-        # special bracket [pred(|x|), |x|] when rem == 0 and r points to zero
-        spec = rneg & (c["rem"] == 0) & (af != 0)
-        if bool(xp.any(spec)):
-            cp = _split(xp.where(spec, af - 1, af), fmt, xp)
-            lo = xp.where(spec, cp["T"], lo)
-            hi = xp.where(spec, af, hi)
-            odd = xp.where(spec, cp["odd"], odd)
-            cmp = xp.where(spec, -_half_cmp(r_abs, cp["Q"], xp), cmp)
-            sfl, sce = _scaled(r_abs, cp["Q"], xp)
-            sr_k = xp.where(spec, 0, sr_k)
-            sr_rem = xp.where(spec, xp.ones_like(sr_rem), sr_rem)
-            yfl = xp.where(spec, sfl, yfl)
-            yce = xp.where(spec, sce, yce)
+        (lo, hi, cmp, odd, inexact, sr_k, sr_rem, fsign, yfl, yce) = _residual_bracket(
+            rf, sign, af, c, fmt, xp)
 
     max_bits = _f64_bits(fmt.max)
     neg = sign != 0
@@ -716,6 +681,56 @@ def round(x, fmt, mode: str = "rn", rng=None, *, residual=None, saturate: bool =
     R = xp.where(isinf, xp.full_like(R, inf_out), R)
     R = xp.where(a > _INF, xp.full_like(R, _QNAN), R)
     return _finish(R | sign, shape, fmt, xp)
+
+
+def _renormalize(xf, rf, xp):
+    """(x, r) renormalized by TwoSum so that |r| <= ulp(x)/2: (s, e) with s = fl(x + r) is
+    the same exact value; where fl(x + r) overflows, a pair that is not normalized becomes
+    that sum (±inf); a non-finite residual or a zero x rounds the float64 sum (exact there)."""
+    with np.errstate(over="ignore", invalid="ignore"):
+        s = xf + rf
+        bb = s - xf
+        e = (xf - (s - bb)) + (rf - bb)
+        ok = xp.isfinite(s) & (s != xf)          # (s == x: as it was, -0.0 kept)
+        loose = ~xp.isfinite(s) & xp.isfinite(xf) & (xp.abs(rf) > xp.abs(xf) * 2.0 ** -53)
+        xf, rf = xp.where(ok | loose, s, xf), xp.where(ok, e, rf)
+        swap = ~xp.isfinite(rf) | ((xf == 0) & (rf != 0))
+        xf = xp.where(swap, xf + rf, xf)
+        rf = xp.where(swap | ~xp.isfinite(xf) | loose, 0.0 * rf, rf)
+    return xf, rf
+
+
+def _residual_bracket(rf, sign, af, c, fmt, xp):
+    """The rounding bracket of x + r (r the normalized residual, |x|'s split ``c``):
+    (lo, hi, cmp, odd, inexact, sr_k, sr_rem, fsign, yfl, yce), where r moves the position
+    against the midpoint of [T, U], and a residual pointing to zero from an exact |x| opens
+    the bracket [pred(|x|), |x|]."""
+    lo, hi, cmp, odd = c["T"], c["U"], c["cmp"], c["odd"]
+    sr_k, sr_rem = c["k"], c["rem"]
+    rb = _bits(rf, xp)
+    r_abs = rb & _ABS
+    rnz = r_abs != 0
+    same = (rb & _SIGN) == sign
+    rpos = rnz & same
+    rneg = rnz & ~same
+    inexact = (c["rem"] != 0) | rnz
+    half_r = _half_cmp(r_abs, c["Q"], xp)  # sign(|r| - 2**(Q-1)), used when k == 0
+    rsgn = xp.where(rpos, 1, xp.where(rneg, -1, 0))
+    cmp = xp.where(c["k"] >= 1, xp.where(cmp != 0, cmp, rsgn), xp.where(rpos, half_r, -1))
+    yfl, yce = _scaled(r_abs, c["q"], xp)
+    spec = rneg & (c["rem"] == 0) & (af != 0)
+    if bool(xp.any(spec)):
+        cp = _split(xp.where(spec, af - 1, af), fmt, xp)
+        lo = xp.where(spec, cp["T"], lo)
+        hi = xp.where(spec, af, hi)
+        odd = xp.where(spec, cp["odd"], odd)
+        cmp = xp.where(spec, -_half_cmp(r_abs, cp["Q"], xp), cmp)
+        sfl, sce = _scaled(r_abs, cp["Q"], xp)
+        sr_k = xp.where(spec, 0, sr_k)
+        sr_rem = xp.where(spec, xp.ones_like(sr_rem), sr_rem)
+        yfl = xp.where(spec, sfl, yfl)
+        yce = xp.where(spec, sce, yce)
+    return lo, hi, cmp, odd, inexact, sr_k, sr_rem, rsgn, yfl, yce
 
 
 def _half_cmp(r_abs, Q, xp):
