@@ -739,6 +739,19 @@ def _make_fast_rows(MODE, OP):
             return x * y
         return x / y
 
+    @numba.njit(inline="always")
+    def residual(ar, br, i, v):
+        """The float64 sum's TwoSum error (nonzero only where the operands' exponents
+        differ by more than 29); 0 for the other ops, whose float64 result is exact (mul)
+        or never a float32 value unless exact (div, round)."""
+        if OP != 1 and OP != 2:
+            return 0.0
+        x, y = np.float64(ar[i]), np.float64(br[i])
+        y = y if OP == 1 else -y
+        bb = v - x
+        e = (x - (v - bb)) + (y - bb)
+        return e if math.isfinite(e) else 0.0
+
     # one thread: these passes are memory-bound, and an OpenMP team here contends with
     # OpenBLAS's spinning threads right after a GEMM
     @numba.njit(nogil=True, error_model="numpy")
@@ -756,17 +769,20 @@ def _make_fast_rows(MODE, OP):
                 nbad = 0
                 for i in range(c0, c1):
                     h = bits_at(key, np.uint64(i))
-                    bx = _f2i(value(ar, br, i))
+                    v = value(ar, br, i)
+                    bx = _f2i(v)
                     y = rnd(bx, h)
-                    isbad = bad(bx) | bad(y)
+                    isbad = bad(bx) | bad(y) | (residual(ar, br, i, v) != 0.0)
                     nbad += isbad
                     flag[i - c0] = isbad
                     orow[i] = _i2f(y)
-                if nbad:        # outside float32's normal range: the general rounder decides
-                    for i in range(c0, c1):
+                if nbad:        # outside float32's normal range, or an inexact float64 sum:
+                    for i in range(c0, c1):         # the general rounder decides
                         if flag[i - c0]:
-                            orow[i] = rounder(value(ar, br, i), 0.0, bits_at(key, np.uint64(i)),
-                                              MODE, 24, -126, _F32[2], False, 0)
+                            v = value(ar, br, i)
+                            orow[i] = rounder(v, residual(ar, br, i, v),
+                                              bits_at(key, np.uint64(i)), MODE, 24, -126,
+                                              _F32[2], False, 0)
     return kernel
 
 
@@ -779,8 +795,9 @@ def fast_round_rows(mode_code, op="round"):
 
     ``op="round"``: ``kernel(x, x, keys, op_id, out)`` rounds float64 rows ``x`` (S or 1, n);
     ``"add"``, ``"sub"``, ``"mul"``, ``"div"``: ``kernel(a, b, keys, op_id, out)`` rounds
-    ``a op b`` evaluated in float64 from float32 rows (exact for mul; for add/sub unless the
-    exponents differ by more than 29), with no float64 array in between. Element ``i`` of
+    ``a op b`` evaluated in float64 from float32 rows (exact for mul; add/sub whose float64
+    sum is inexact -- exponents more than 29 apart -- go to the general rounder with their
+    TwoSum residual), with no float64 array in between. Element ``i`` of
     sample ``s`` takes its bits at position ``i`` of that sample's stream, as round_rows
     does. ``out`` (S, n) may be float32 (the results are float32 values, stored exactly)."""
     k = _FAST_ROWS.get((mode_code, op))

@@ -1009,16 +1009,36 @@ def test_mca_submodes():
 
 
 # ---------------------------------------------------------------------------------------------
-# 10. documented limitation (design decision): float32 elementwise sums drop the residual
+# 10. a sum whose float64 evaluation is inexact keeps its TwoSum residual
 # ---------------------------------------------------------------------------------------------
-@pytest.mark.xfail(strict=True, reason="float32 (and narrower) elementwise add/sub round the "
-                   "float64 sum without its TwoSum residual (a speed choice): when the "
-                   "exponents differ by more than 53 the float64 sum is the larger operand, "
-                   "so CESTAC treats the inexact result as exact (P(up) 0 instead of 1/2)")
-def test_cestac_float32_add_with_a_tiny_addend_is_inexact():
-    r = f64(run(lambda a, b: a + b, np.ones(4000, np.float32),
-                np.full(4000, 2.0 ** -60, np.float32), mode="cestac", samples=2))
-    assert_binom(np.sum(r > 1), r.size, 0.5, "cestac 1 + 2^-60")
+@pytest.mark.parametrize("dtype", [np.float32, ml_dtypes.bfloat16])
+@pytest.mark.parametrize("op", ["add", "sub"])
+def test_cestac_sum_with_a_tiny_operand_is_inexact(dtype, op):
+    """1 ± 2^-60 is not a float32/bfloat16 value, although its float64 sum is 1 (exponents
+    more than 53 apart): CESTAC rounds it up or down with probability 1/2 each, on the fused
+    float32 path and on the general one (bfloat16) alike."""
+    f = (lambda a, b: a + b) if op == "add" else (lambda a, b: a - b)
+    r = f64(run(f, np.ones(4000, dtype), np.full(4000, 2.0 ** -60, dtype), mode="cestac",
+                samples=2))
+    assert_binom(np.sum(r != 1), r.size, 0.5, f"cestac 1 {op} 2^-60")
+
+
+@pytest.mark.parametrize("mode", ["sr", "cestac"])
+def test_fused_sum_with_a_tiny_operand_matches_the_general_path(mode, monkeypatch):
+    """The fused float32 kernel hands an inexact float64 sum to the general rounder with its
+    residual: the same samples as the general path."""
+    import sys
+    st_mod = sys.modules["fpx.transforms.stochastic"]
+    a = np.ones(3000, np.float32)
+    a[::3] = -3.0
+    b = np.full(3000, 2.0 ** -60, np.float32)
+    b[1::3] = 0.75                                   # an exact sum beside the inexact ones
+
+    def go():
+        return run(lambda a, b: {"add": a + b, "sub": a - b}, a, b, mode=mode, samples=3)
+    fused = go()
+    monkeypatch.setattr(st_mod, "_FAST_ROW_OPS", ())
+    _equal_trees(fused, go())
 
 
 def test_torch_module_samples_inside_interval_and_repeatable():

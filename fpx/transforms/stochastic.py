@@ -354,13 +354,14 @@ def _accurate(self, prim, vals, params, F):
                 p = v64[0] * v64[1]                     # exact for p <= 26 operands
                 s = p + v64[2]
                 return s, _two_sum_np(p, v64[2], s), None
-            if prim.name in ("add", "sub") and F.p > 24:
+            if prim.name in ("add", "sub"):
+                # a float64 sum of two float32 (or narrower) values is exact unless their
+                # exponents differ by more than 29: the residual is kept where it is not
                 a, b = v64
                 b = -b if prim.name == "sub" else b
                 s = a + b
-                return s, _two_sum_np(a, b, s), None
-            # float32 and narrower: a float64 sum of two such values is exact unless their
-            # exponents differ by more than 29 (then P(up) moves by < 2^-29): no residual
+                e = _two_sum_np(a, b, s)
+                return s, (e if F.p > 24 or np.any(e) else None), None
             return self.bind_parent(prim, *v64, **params), None, None
         # float64 results: error-free transforms / long double
         if prim.name in _EFT_OP or prim.name == "sqrt":
