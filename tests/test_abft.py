@@ -436,3 +436,146 @@ def test_empty_batched_vector_and_bad_shapes():
         g(np.ones((3, 4)), np.ones((5, 3)))
     with pytest.raises(fpx.FpxError, match="not supported"):
         fpx.trace(abft(mm))(np.ones((3, 3)), np.ones((3, 3)))
+
+
+# ---------------------------------------------------------------------------------------------
+# the fused checksum passes against the plain NumPy reference (fpx.transforms.abft.sums)
+# ---------------------------------------------------------------------------------------------
+_FIELDS = ("b1", "b2", "chk", "chk2", "obs", "obs2", "a_sum", "a_max", "a_min", "b_max",
+           "b_min", "rb", "P", "Q", "R")
+
+
+def _both(A, B, C, **need):
+    from fpx.transforms.abft.sums import row_sums
+    return [row_sums(A, B, C, weighted=True, kernel=k, **need) for k in ("fused", "numpy")]
+
+
+def _assert_agree(A, B, C):
+    """Every sum within twice the float64 summation bound gamma_L (|terms|) of the plain path:
+    the two differ only in the order of float64 sums; extrema exactly; NaN/inf where the
+    reference has them."""
+    f, p = _both(A, B, C, ext=True, absolute=True)
+    K, N = A.shape[-1], C.shape[-1]
+    g = 4 * (K + N) * 2.0 ** -53
+    with np.errstate(all="ignore"):
+        scale = {"b1": p.rb, "b2": N * p.rb, "rb": p.rb, "obs": p.R, "obs2": N * p.R,
+                 "R": p.R, "a_sum": np.abs(A).sum(-1, dtype=np.float64),
+                 "chk": p.P + p.Q, "chk2": N * (p.P + p.Q), "P": p.P, "Q": p.P + p.Q}
+        for k in _FIELDS:
+            x, y = getattr(f, k), getattr(p, k)
+            y = np.broadcast_to(y, x.shape)      # the fused A statistics: per batch entry
+            fin = np.isfinite(y)
+            if k in scale:
+                assert np.array_equal(fin, np.isfinite(x)), k
+                tol = g * np.broadcast_to(scale[k], x.shape)[fin]
+                assert (np.abs(x[fin] - y[fin]) <= tol).all(), k
+            else:           # extrema: exact, but unspecified in a row with a NaN (unverified)
+                nan = np.broadcast_to(np.isnan(A if k[0] == "a" else B).any(-1), x.shape)
+                assert np.array_equal(x[~nan], y[~nan]), k
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+@pytest.mark.parametrize("layout", ["C", "F", "strided", "broadcast"])
+def test_fused_sums_agree_with_numpy(dtype, layout):
+    rng = np.random.default_rng(3)
+    A = (rng.standard_normal((3, 37, 300)) * 2.0 ** rng.integers(-20, 20, (3, 37, 1)))
+    B = rng.uniform(-1, 1, (3, 300, 41)).astype(dtype)
+    A = A.astype(dtype)
+    if layout == "F":
+        A, B = (np.asfortranarray(x) for x in (A, B))
+    elif layout == "strided":
+        A, B = np.concatenate([A, A], -1)[..., ::2], np.swapaxes(np.swapaxes(B, 1, 2).copy(),
+                                                                 1, 2)
+    elif layout == "broadcast":
+        A = A[:1]
+    C = np.matmul(A, B)
+    _assert_agree(A, B, C)
+    A[0, 1, 2] = -0.0
+    A[0, 2, :] = -0.0                   # a row of -0: max and min -0
+    A[1 % A.shape[0], 3, 4] = np.finfo(dtype).tiny / 8          # subnormal
+    _assert_agree(A, B, np.matmul(A, B))
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+def test_fused_sums_with_nan_and_inf_operands(dtype):
+    rng = np.random.default_rng(4)
+    A = rng.standard_normal((2, 9, 40)).astype(dtype)
+    B = rng.standard_normal((2, 40, 7)).astype(dtype)
+    A[0, 3, 5], B[1, 2, 3], A[1, 4, :] = np.inf, -np.inf, np.inf
+    with np.errstate(all="ignore"):
+        C = np.matmul(A, B)
+        _assert_agree(A, B, C)
+        f, p = _both(A, B, C, ext=True)
+        assert f.a_max[0, 3] == np.inf and f.a_min[1, 4] == np.inf
+        A[0, 1, 1] = B[0, 5, 5] = np.nan
+        _assert_agree(A, B, np.matmul(A, B))
+
+
+def test_fused_sums_of_integers_are_exact_and_wrap_as_numpy():
+    rng = np.random.default_rng(5)
+    for dt, hi in ((np.int64, 2 ** 62), (np.uint64, 2 ** 63)):
+        A = rng.integers(0, hi, (2, 11, 30), dtype=dt)
+        B = rng.integers(0, 2 ** 40, (2, 30, 9), dtype=dt)
+        C = np.matmul(A, B)                   # wraps modulo 2^64
+        f, p = _both(A, B, C)
+        for k in ("b1", "b2", "chk", "chk2", "obs", "obs2"):
+            x = getattr(f, k)
+            assert x.dtype == dt and np.array_equal(x, getattr(p, k)), k
+        assert np.array_equal(f.chk, f.obs)   # the checksum identity holds modulo 2^64
+    with pytest.raises(ValueError, match="exactly"):
+        _both(A, B, C, ext=True)
+
+
+def test_fused_sums_of_empty_operands():
+    for (M, K, N) in ((4, 0, 3), (0, 5, 3), (4, 5, 0)):
+        A, B = np.ones((1, M, K), np.float32), np.ones((1, K, N), np.float32)
+        f, p = _both(A, B, np.matmul(A, B))
+        for k in ("b1", "b2", "chk", "chk2", "obs", "obs2"):
+            assert np.array_equal(getattr(f, k), getattr(p, k)), k
+
+
+def test_fused_sums_do_not_depend_on_the_thread_count():
+    """The same code path at 1 and 2 threads: every row is one thread's, so the same bits."""
+    import numba
+    from fpx.transforms.abft.sums import row_sums
+    rng = np.random.default_rng(6)
+    A = rng.standard_normal((1, 512, 300)).astype(np.float32)
+    B = rng.standard_normal((1, 300, 512)).astype(np.float32)
+    C = np.matmul(A, B)
+    old = numba.get_num_threads()
+    try:
+        runs = []
+        for t in (1, min(2, numba.config.NUMBA_NUM_THREADS)):
+            numba.set_num_threads(t)
+            runs.append(row_sums(A, B, C, weighted=True, ext=True, absolute=True))
+    finally:
+        numba.set_num_threads(old)
+    for k in _FIELDS:
+        assert np.array_equal(getattr(runs[0], k), getattr(runs[1], k)), k
+
+
+@pytest.mark.parametrize("threshold", ["v-abft", "a-abft", "rigorous"])
+def test_fused_and_plain_checks_agree_on_thresholds_and_detections(threshold):
+    from fpx import formats
+    from fpx.transforms.abft import check, thresholds
+    rng = np.random.default_rng(8)
+    A = rng.standard_normal((4, 32, 128)).astype(np.float32)
+    B = rng.standard_normal((4, 128, 24)).astype(np.float32)
+    C = np.matmul(A, B)
+    C[1, 5, 7] += 0.5
+    C[3, 0, 23] *= 64.0
+    f32 = formats.get("float32")
+    out = {}
+    for kernel in ("fused", "numpy"):
+        info = thresholds.Info(fmt=f32, acc=f32, out=f32, verify="online", c_sigma=2.5,
+                               e_max=thresholds.e_max_for(None, f32, 128, 24))
+        Ck = C.copy()
+        st, _ = check.check(A, B, Ck, tfun=thresholds.resolve(threshold), info=info,
+                            checksums="both", correct=True, out=None, kernel=kernel)
+        out[kernel] = (st, Ck)
+    (sf, cf), (sp, cp) = out["fused"], out["numpy"]
+    assert sf.detected == sp.detected        # the row check finds and corrects both faults
+    assert sf.detected == 2 or threshold == "rigorous"
+    assert sorted(sf.locations) == sorted(sp.locations) and sf.corrected == sp.corrected
+    assert np.isclose(sf.threshold, sp.threshold, rtol=1e-12)
+    assert np.array_equal(cf, cp)

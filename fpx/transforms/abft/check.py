@@ -14,15 +14,17 @@ K-term dot product; C_ij - D1 would lose it when the fault is large, as the row 
 rest) and re-verifies the row. Where D2 overflows (a fault near the format's largest value),
 the row's one non-finite element, else its largest one, is the suspect -- the re-verification
 decides; where the location does not hold (two faults in a row), the
-row is recomputed. The column check is the row check of C^T = B^T A^T.
+row is recomputed. The column check is the row check of C^T = B^T A^T. The sums (and the
+thresholds' operand statistics) come from :mod:`.sums`: one fused pass over B, A and C each.
 """
 from __future__ import annotations
 
 import numpy as np
 
+from fpx.transforms.abft.sums import row_sums
 from fpx.transforms.abft.thresholds import Info
 
-__all__ = ["check", "sums"]
+__all__ = ["check"]
 
 
 class _Stats:
@@ -36,22 +38,8 @@ class _Stats:
         self.locations = []
 
 
-def sums(A, B, C):
-    """The detection sums: ``(chk, obs, b_sum)`` with chk = A (B r1) ((G|Ga, M)), obs = C r1
-    ((G, M)) and B's row sums b_sum = B r1 ((G|1, K)), in the accumulator's dtype (NumPy's
-    pairwise sums; einsum's single-threaded SIMD dot products, not a BLAS GEMV, which on a
-    loaded machine waits for its threads far longer than it computes). The weighted sums
-    that locate a fault (:func:`_located`) are computed only for the rows that fail."""
-    dt = C.dtype
-    b1 = B.sum(axis=-1, dtype=dt)
-    return np.einsum("...mk,...k->...m", A, b1), C.sum(axis=-1, dtype=dt), b1
-
-
-def _located(A, B, C, g, i, d1, b2):
-    """j = D2/D1 - 1 for row i of batch g (None where it is not a column index)."""
-    N = C.shape[-1]
-    r2 = np.arange(1, N + 1, dtype=C.dtype)
-    d2 = float(np.dot(C[g, i], r2)) - float(np.dot(A[g, i], b2[g]))
+def _located(d1, d2, N):
+    """j = D2/D1 - 1 (None where it is not a column index)."""
     q = d2 / d1 - 1.0 if d1 != 0 else np.nan
     return int(np.rint(q)) if np.isfinite(q) and 0 <= np.rint(q) < N else None
 
@@ -68,44 +56,56 @@ def _rows(A, B, C, **kw):
         _rows_checked(A, B, C, **kw)
 
 
-def _rows_checked(A, B, C, *, tfun, info, correct, out, st, transpose):
+def _rows_checked(A, B, C, *, tfun, info, correct, out, st, transpose, kernel):
     G, M, N = C.shape
     K = A.shape[-1]
     exact = C.dtype.kind in "iu"
-    chk, obs, b_sum = sums(A, B, C)
+    of = None if exact else getattr(tfun, "of", None)
+    s = row_sums(A, B, C, kernel=kernel, **(getattr(tfun, "needs", {}) if of else {}))
+    chk, obs = np.broadcast_to(s.chk, (G, M)), s.obs
     if exact:
-        D = (obs - np.broadcast_to(chk, obs.shape)).astype(np.float64)
+        D = (obs - chk).astype(np.float64)
         T = np.zeros((G, M))
     else:
-        D = obs.astype(np.float64) - chk.astype(np.float64)
-        info.K, info.N, info.b_sum, info.C = K, N, b_sum.astype(np.float64), C
-        T = np.broadcast_to(np.asarray(tfun(A, B, info), np.float64), (G, M))
-    ok = np.isfinite(np.broadcast_to(chk, obs.shape))
+        D = obs - chk
+        info.K, info.N, info.b_sum, info.C = K, N, s.b1, C
+        T = np.broadcast_to(np.asarray(of(s, info) if of else tfun(A, B, info), np.float64),
+                            (G, M))
+    ok = np.isfinite(chk)
     fin = np.isfinite(obs)
     E = np.abs(D)
     bad = ok & (~fin | (E > T))
     st.unverified += int(M * G - ok.sum())
     good = ok & fin
     if good.any():
-        st.residual = max(st.residual, float(E[good].max()))
+        Eg, Tg = E[good], T[good]
+        st.residual = max(st.residual, float(Eg.max()))
         with np.errstate(all="ignore"):
-            r = np.where(T[good] > 0, E[good] / T[good], np.where(E[good] > 0, np.inf, 0.0))
+            r = np.where(Tg > 0, Eg / Tg, np.where(Eg > 0, np.inf, 0.0))
         st.ratio = max(st.ratio, float(r.max()))
-        st.sum_t += float(T[good].sum())
-        st.sum_e += float(E[good].sum())
+        st.sum_t += float(Tg.sum())
+        st.sum_e += float(Eg.sum())
     if ok.any():
         st.threshold = max(st.threshold, float(np.nanmax(np.where(ok, T, 0.0))))
-    if not bad.any():
-        return
-    chk0 = np.broadcast_to(chk, (G, M))
+    if bad.any():
+        s2 = row_sums(A, B, C, weighted=True, kernel=kernel)
+        _fix(A, B, C, s2, D, T, bad, fin, correct=correct, out=out, st=st, transpose=transpose)
+
+
+def _fix(A, B, C, s, D, T, bad, fin, *, correct, out, st, transpose):
+    """Locate, and with ``correct`` correct, the rows ``bad`` flags (``s``: the weighted
+    sums, computed from C before any change)."""
+    G, M, N = C.shape
+    exact = C.dtype.kind in "iu"
+    chk0 = np.broadcast_to(s.chk, (G, M))
+    chk2 = np.broadcast_to(s.chk2, (G, M))
     Ab = np.broadcast_to(A, (G,) + A.shape[1:])
     Bb = np.broadcast_to(B, (G,) + B.shape[1:])
-    b2 = np.broadcast_to(np.einsum("...kn,n->...k", B, np.arange(1, N + 1, dtype=C.dtype)),
-                         (G, K))
     for g, i in zip(*np.nonzero(bad)):
         st.detected += 1
         row = C[g, i]
-        j = _located(Ab, Bb, C, g, i, D[g, i], b2) if fin[g, i] else None
+        j = _located(float(D[g, i]), float(s.obs2[g, i] - chk2[g, i]), N) if fin[g, i] \
+            else None
         if j is None:            # a weighted sum overflowed, or a non-finite result: the
             nf = np.flatnonzero(~np.isfinite(row))         # one non-finite element, else
             j = int(nf[0]) if nf.size == 1 else None if nf.size else \
@@ -129,14 +129,15 @@ def _rows_checked(A, B, C, *, tfun, info, correct, out, st, transpose):
 
 def _passes(row, target, t, exact) -> bool:
     """Does a corrected row verify against its checksum?"""
-    s = row.sum(dtype=row.dtype)
+    s = row.sum(dtype=row.dtype if exact else np.float64)
     e = abs(int(s) - int(target)) if exact else abs(float(s) - float(target))
     return bool(np.isfinite(e) and e <= t)
 
 
-def check(A, B, C, *, tfun, info: Info, checksums, correct, out):
+def check(A, B, C, *, tfun, info: Info, checksums, correct, out, kernel="fused"):
     """Verify (and correct in place) C = A @ B; ``out``: the output dtype whose values C holds
-    (offline verification of a rounded output), else None. Returns (stats, checks run)."""
+    (offline verification of a rounded output), else None; ``kernel``: the sums' passes,
+    "fused" (numba) or "numpy" (:mod:`.sums`). Returns (stats, checks run)."""
     st = _Stats()
     G, M, N = C.shape
     if C.size == 0 or A.shape[-1] == 0:           # nothing to check, or an exact zero sum
@@ -147,11 +148,12 @@ def check(A, B, C, *, tfun, info: Info, checksums, correct, out):
     if checksums == "auto":                       # rows; columns where rows cannot check
         checksums = "row" if N >= 2 else "column"
     if checksums in ("row", "both") and N >= 2:
-        _rows(A, B, C, tfun=tfun, info=info, correct=correct, out=out, st=st, transpose=False)
+        _rows(A, B, C, tfun=tfun, info=info, correct=correct, out=out, st=st, transpose=False,
+              kernel=kernel)
         done.append("row")
     if checksums in ("column", "both") and M >= 2:
         At, Bt, Ct = (np.swapaxes(x, -1, -2) for x in (B, A, C))
         _rows(At, Bt, Ct, tfun=tfun, info=info, correct=correct, out=out, st=st,
-              transpose=True)
+              transpose=True, kernel=kernel)
         done.append("column")
     return st, tuple(done)

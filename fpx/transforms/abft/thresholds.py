@@ -6,7 +6,9 @@ Each threshold is a function ``T(A, B, info) -> (G, M)`` of float64 per-row thre
 row check of ``C = A @ B`` (A (G|1, M, K), B (G|1, K, N) in the accumulator's dtype); the column
 check calls it on ``(B^T, A^T)``. ``info`` (:class:`Info`) carries the format whose values are
 verified, e_max, c_sigma and the row sums the check already computed. A user's callable has the
-same signature.
+same signature. The built-ins also evaluate from the sums of :mod:`.sums` (``T.of(sums,
+info)``, the statistics ``T.needs``), which the check's fused passes compute in one read of
+each operand.
 """
 from __future__ import annotations
 
@@ -62,21 +64,38 @@ def paper_inputs(name, rng, shape):
 # ---------------------------------------------------------------------------------------------
 # V-ABFT (Gao, Hua, Chen), Eq. 23 with the extrema-variance bound (Theorem 1)
 # ---------------------------------------------------------------------------------------------
-def _mean_var(X, sums, n):
+def _plain_sums(A, B, info, **need):
+    """The reference (NumPy) sums of the row check, for a threshold called as T(A, B, info)."""
+    from fpx.transforms.abft.sums import row_sums
+    C = info.C if info.C is not None else np.matmul(A, B)
+    return row_sums(A, B, C, kernel="numpy", **need)
+
+
+def _builtin(of, **need):
+    """A built-in threshold: callable as ``T(A, B, info)`` (its statistics computed by plain
+    NumPy) and, through ``T.of(sums, info)``, from the sums the check's passes computed
+    (:mod:`.sums`; ``T.needs`` names them)."""
+    def T(A, B, info):
+        return of(_plain_sums(A, B, info, **need), info)
+    T.of, T.needs = of, need
+    T.__name__, T.__doc__ = of.__name__.lstrip("_"), of.__doc__
+    return T
+
+
+def _mean_var(sums, hi, lo, n):
     """Row means and the extrema bound of the row variances, (max - mu)(mu - min) >= sigma^2."""
     mu = sums / n
-    hi = X.max(axis=-1).astype(np.float64)
-    lo = X.min(axis=-1).astype(np.float64)
     return mu, np.maximum((hi - mu) * (mu - lo), 0.0)
 
 
-def vabft(A, B, info):
+def _vabft(s, info):
     """e_max (N|mu_A| sum|mu_Bk| + c sqrt(N mu_A^2 sum s_Bk^2 + N^2 s_A^2 sum mu_Bk^2)
-    + c sqrt(N) s_A sqrt(sum s_Bk^2)), per row of A; O(MK + KN) (max, min, mean)."""
+    + c sqrt(N) s_A sqrt(sum s_Bk^2)), per row of A; from A's and B's row sums, maxima and
+    minima (O(MK + KN))."""
     K, N, c = info.K, info.N, info.c_sigma
     with np.errstate(all="ignore"):
-        mu_a, var_a = _mean_var(A, A.sum(axis=-1, dtype=A.dtype).astype(np.float64), K)
-        mu_b, var_b = _mean_var(B, info.b_sum, N)
+        mu_a, var_a = _mean_var(s.a_sum, s.a_max, s.a_min, K)
+        mu_b, var_b = _mean_var(s.b1, s.b_max, s.b_min, N)
         s1 = np.abs(mu_b).sum(-1)[..., None]
         s2 = var_b.sum(-1)[..., None]
         s3 = (mu_b * mu_b).sum(-1)[..., None]
@@ -84,6 +103,9 @@ def vabft(A, B, info):
              + c * np.sqrt(N * mu_a * mu_a * s2 + N * N * var_a * s3)
              + c * np.sqrt(N * var_a * s2))
     return info.e_max * t
+
+
+vabft = _builtin(_vabft, ext=True)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -95,26 +117,35 @@ def aabft_sigma(n, t, y):
     return math.sqrt((n * (n + 1) * (n + 0.5) + 2 * n) / 24) * 2.0 ** -t * y
 
 
-def aabft(A, B, info, y=None):
+def _aabft(s, info, y=None):
     """3 sigma with n = K and t the verified format's significand bits; ``y`` fixed (the
     paper's 21 for its FP64 K20C runs) or, by default, computed per row as
     max|A_i| max_k |sum_j B_kj| (the paper's Table 6)."""
+    shape = np.broadcast_shapes(s.a_max.shape, s.chk.shape)
     if y is None:
         with np.errstate(all="ignore"):
-            y = (np.abs(A).max(axis=-1).astype(np.float64)
-                 * np.abs(info.b_sum).max(axis=-1, initial=0.0)[..., None])
+            y = (np.maximum(np.abs(s.a_max), np.abs(s.a_min))
+                 * np.abs(s.b1).max(axis=-1, initial=0.0)[..., None])
     return 3.0 * aabft_sigma(info.K, info.fmt.p, 1.0) * np.asarray(y, np.float64) \
-        * np.ones(A.shape[:-1])
+        * np.ones(shape)
+
+
+aabft = _builtin(_aabft, ext=True)
 
 
 class AAbft:
     """``threshold=AAbft(y=21)``: A-ABFT with a fixed y (its paper's setting)."""
 
+    needs = {"ext": True}
+
     def __init__(self, y=None):
         self.y = y
 
+    def of(self, s, info):
+        return _aabft(s, info, self.y)
+
     def __call__(self, A, B, info):
-        return aabft(A, B, info, self.y)
+        return self.of(_plain_sums(A, B, info, ext=True), info)
 
     def __repr__(self):
         return f"AAbft(y={self.y})"
@@ -127,7 +158,7 @@ def _gamma(n, u):
     return n * u / (1.0 - n * u) if n * u < 0.5 else math.inf
 
 
-def rigorous(A, B, info):
+def _rigorous(s, info):
     """An a-priori bound of |obs_i - chk_i| for any summation order (Higham's gamma_n =
     n u / (1 - n u), u the accumulator's unit roundoff):
 
@@ -141,22 +172,23 @@ def rigorous(A, B, info):
     with P = |A|(|B|1), Q = |A||b| (the computed row sums), R = |C|1. It is the ball bound
     ``fpx.interval`` gives the two paths for point operands, in closed form so it costs
     O(MK + KN + MN). R reads the computed C: a fault only raises the threshold by gamma_N times
-    itself. Never a false alarm, on any input, whatever the BLAS's order."""
+    itself. Never a false alarm, on any input, whatever the BLAS's order; the checksums,
+    summed in float64 (:mod:`.sums`), have smaller errors than the accumulator-precision
+    paths this bounds."""
     K, N = info.K, info.N
     u = 2.0 ** -info.acc.p
     uo = 2.0 ** -info.out.p if info.fmt.name != info.acc.name else 0.0   # offline rounding
     gk, gn = _gamma(K, u), _gamma(N, u)
+    P, Q, R = s.P, s.Q, s.R
     with np.errstate(all="ignore"):
-        absA = np.abs(A)
-        rb = np.abs(B).sum(axis=-1, dtype=np.float64)                  # (G|1, K)
-        P = np.einsum("...mk,...k->...m", absA, rb)                    # in float64
-        Q = np.einsum("...mk,...k->...m", absA, np.abs(info.b_sum))
-        R = np.abs(info.C).sum(axis=-1, dtype=np.float64)
         ev = 1.0 + (K + N + 4) * 2.0 ** -52                            # float64 evaluation
         eta = 2.0 ** (info.acc.emin - info.acc.p + 1)                  # underflow, per op
         eta_o = 2.0 ** (info.out.emin - info.out.p + 1) if uo else 0.0
         T = ((gk + gn) * P + gk * Q + (gn + uo * (1 + uo)) * R) * ev * (1 + 2.0 ** -40)
         return T + (N * K + K + N + 4) * eta + N * eta_o
+
+
+rigorous = _builtin(_rigorous, absolute=True)
 
 
 THRESHOLDS = {"v-abft": vabft, "a-abft": aabft, "rigorous": rigorous}

@@ -7,9 +7,9 @@ import numpy as np
 from fpx import formats
 from fpx.core import Tracer
 from fpx.transform import run, transformed
-from fpx.transforms.abft import check as _check
 from fpx.transforms.abft.gemm import model_of, param_names
 from fpx.transforms.abft.interpreter import AbftInterpreter, check_options
+from fpx.transforms.abft.sums import row_sums
 from fpx.transforms.abft.thresholds import PRESETS, paper_inputs
 
 __all__ = ["abft", "calibrate", "Calibration"]
@@ -102,8 +102,8 @@ def calibrate(dtype, sizes=(64, 128, 256, 512), trials=100, *, verify="online", 
             C = np.matmul(A, B)
             if offline:
                 C = C.astype(model.out.dtype).astype(acc)
-            chk, obs, _ = _check.sums(A, B, C)
-            chk, obs = chk.astype(np.float64), obs.astype(np.float64)
+            s = row_sums(A, B, C)
+            chk, obs = s.chk, s.obs
             worst = max(worst, float(np.max(np.abs(obs - chk) / np.abs(chk))))
             left -= g
         per[(M, K, N)] = worst

@@ -1,0 +1,172 @@
+"""Fused checksum and statistics passes of ``fpx.abft`` (numba): everything one row check
+needs from an operand or the result, in one read of it.
+
+``row_pass(X, w1, w2, v1, v2, keys, out, ext)`` reduces every row ``x`` of ``X`` ((Gx, R, L), any
+strides; Gx = 1 broadcasts over the batch) to
+
+    out[0] = Σ x_j            out[1] = Σ x_j w1_j       out[2] = Σ x_j w2_j
+    out[3] = Σ |x_j| v1_j     out[4] = Σ |x_j| v2_j     ext: max x, min x (as order keys)
+
+(``out``: (5, G, R); a weight vector of None skips its sum; ``keys`` None skips the extrema;
+each weight is (Gw, L), Gw = 1 broadcasting). The three passes of a row check of
+C = A B are then: B with w1 = (1..N) (its row sums r1 and r2), A with w1 = B r1, w2 = B r2
+(the two predicted checksums A (B r), and A's statistics), C with w1 = (1..N) (the observed
+checksums C r).
+
+Float data is accumulated in float64 (float32 operands are widened in registers, never
+copied), integer data in its own 64-bit type (wrapping, exact modulo 2^64 as NumPy's integer
+matmul is). Each row is summed by one thread, in the order of the compiled loop (vector lanes
+combined at the end: ``fastmath`` reassociation only, no FMA contraction, no assumption about
+NaN or inf), so the results do not depend on the thread count; the extrema are exact (integer
+max and min of order keys).
+"""
+from __future__ import annotations
+
+import os
+
+import numba
+import numpy as np
+from numba import types
+from numba.extending import overload
+
+__all__ = ["row_pass", "keys_to_floats"]
+
+_SUM = dict(cache=True, nogil=True, error_model="numpy", fastmath={"reassoc"})
+
+
+def _wide(v):
+    """``v`` in the accumulator's type: float64 for floats, unchanged for integers."""
+
+
+@overload(_wide, inline="always")
+def _wide_impl(v):
+    if isinstance(v, types.Float):
+        return lambda v: np.float64(v)
+    return lambda v: v
+
+
+def _zero(x):
+    """A zero of the accumulator's type for the elements of array ``x``."""
+
+
+@overload(_zero, inline="always")
+def _zero_impl(x):
+    if isinstance(x.dtype, types.Float):
+        return lambda x: np.float64(0.0)
+    if x.dtype == types.uint64:
+        return lambda x: np.uint64(0)
+    return lambda x: np.int64(0)
+
+
+def _pick(w, g):
+    """Row ``g`` of a (Gw, L) weight, Gw = G or 1 (row 0, broadcast); None stays None."""
+
+
+@overload(_pick, inline="always")
+def _pick_impl(w, g):
+    if isinstance(w, types.NoneType):
+        return lambda w, g: None
+    return lambda w, g: w[min(g, w.shape[0] - 1)]
+
+
+@numba.njit(**_SUM)
+def _sums(x, w1, w2, v1, v2):
+    """(Σx, Σx·w1, Σx·w2, Σ|x|·v1, Σ|x|·v2) of one row, in the accumulator's type."""
+    s0 = s1 = s2 = s3 = s4 = _zero(x)
+    for j in range(x.size):
+        v = _wide(x[j])
+        s0 += v
+        if w1 is not None:
+            s1 += v * w1[j]
+        if w2 is not None:
+            s2 += v * w2[j]
+        if v1 is not None:
+            s3 += abs(v) * v1[j]
+        if v2 is not None:
+            s4 += abs(v) * v2[j]
+    return s0, s1, s2, s3, s4
+
+
+def _key(b):
+    """The order key of a float's bits ``b`` (int32 or int64): the magnitude bits flipped where
+    the sign is set, so keys order as the floats do (-0 < +0, NaNs beyond the infinities); the
+    map is its own inverse."""
+
+
+@overload(_key, inline="always")
+def _key_impl(b):
+    if b.bitwidth == 32:        # numba widens int32 arithmetic: narrowed back, it vectorizes
+        return lambda b: np.int32(b ^ np.int32(np.int32(b >> 31) & np.int32(0x7FFFFFFF)))
+    return lambda b: b ^ ((b >> 63) & np.int64(0x7FFFFFFFFFFFFFFF))
+
+
+@numba.njit(cache=True, nogil=True)
+def _extrema(k):
+    """(max, min) of the order keys of one non-empty row of float bits ``k``: integer max and
+    min vectorize (float ones do not, in numba)."""
+    hi = lo = _key(k[0])
+    for j in range(1, k.size):
+        b = _key(k[j])
+        hi = max(hi, b)
+        lo = min(lo, b)
+    return hi, lo
+
+
+@numba.njit(**_SUM)
+def _row_pass(X, w1, w2, v1, v2, keys, out, ext, lo, hi):
+    """:func:`row_pass` for the rows (jobs g·R + r) ``lo`` to ``hi``."""
+    R = out.shape[2]
+    Gx = X.shape[0]
+    for job in range(lo, hi):
+        g = job // R
+        r = job - g * R
+        gx = min(g, Gx - 1)
+        s = _sums(X[gx, r], _pick(w1, g), _pick(w2, g), _pick(v1, g), _pick(v2, g))
+        for q in range(5):
+            out[q, g, r] = s[q]
+        if keys is not None and X.shape[2]:
+            a, b = _extrema(keys[gx, r])
+            ext[0, g, r] = a
+            ext[1, g, r] = b
+
+
+_POOL = [None, None]          # (the process that made it, its ThreadPoolExecutor)
+_MIN_SPLIT = 2 ** 16          # elements below which one thread does it all
+
+
+def _pool(n):
+    """A private pool of ``n`` threads (a new one in a forked child: its threads are gone)."""
+    if _POOL[0] != os.getpid() or _POOL[1]._max_workers != n:
+        from concurrent.futures import ThreadPoolExecutor
+        _POOL[:] = [os.getpid(), ThreadPoolExecutor(n, thread_name_prefix="fpx-abft")]
+    return _POOL[1]
+
+
+def row_pass(X, w1, w2, v1, v2, keys, out, ext):
+    """See the module docstring; ``out`` (5, G, R) of the accumulator's dtype. ``keys``: None,
+    or ``X`` viewed as same-size signed integers, whose order keys (:func:`_key`) have their
+    row max and min written to ``ext`` (2, G, R) (decode with :func:`keys_to_floats`).
+
+    The rows are split in contiguous ranges over ``numba.get_num_threads()`` threads -- the
+    caller's and a private pool's (a numba ``prange`` team would spin after the pass, taking
+    the cores from the BLAS call that follows); every row is one thread's, so the results do
+    not depend on the split."""
+    args = (X, w1, w2, v1, v2, keys, out, ext)
+    jobs = out.shape[1] * out.shape[2]
+    n = min(numba.get_num_threads(), jobs, max(1, X.size // _MIN_SPLIT))
+    if n <= 1:
+        _row_pass(*args, 0, jobs)
+        return
+    cuts = [jobs * t // n for t in range(n + 1)]
+    futures = [_pool(n - 1).submit(_row_pass, *args, cuts[t], cuts[t + 1])
+               for t in range(1, n)]
+    _row_pass(*args, cuts[0], cuts[1])
+    for f in futures:
+        f.result()
+
+
+def keys_to_floats(ext, dtype):
+    """The floats (as float64) whose order keys ``ext`` holds (``_key``, its own inverse)."""
+    k = np.asarray(ext)
+    k = k ^ ((k >> (8 * k.itemsize - 1)) & np.array(np.iinfo(k.dtype).max, k.dtype))
+    return k.view(dtype).astype(np.float64)
