@@ -3,9 +3,11 @@ A-ABFT, rigorous), false-positive rate on clean trials, and detection rate per b
 
     python benchmarks/abft.py [--quick]
 
-* Overhead: ``fpx.abft(matmul)`` (V-ABFT, row checks, correction on) over ``A @ B``, float32,
-  n = 1024 and 2048, timed interleaved in the same process: ratios of the medians of the
-  rounds, and (``_min``) of the fastest rounds -- on a loaded machine the least disturbed.
+* Overhead: ``fpx.abft(matmul)`` (V-ABFT, row checks, correction on) over ``A @ B``, float32
+  (the target), float64 and bfloat16 (against the same emulated GEMM unprotected), n = 1024
+  and 2048, timed interleaved in the same process: ratios of the medians of the rounds, and
+  (``_min``) of the fastest rounds -- on a loaded machine the least disturbed -- with the load
+  average next to each.
 * Tightness (the V-ABFT paper's Tables 4-6 at CPU scale): the mean threshold over the mean
   |verification difference| of the rows, FP64 and FP32 on U(-1, 1), BF16 on U(0, 1) with its
   output verified offline.
@@ -43,29 +45,41 @@ def mm(a, b):
 dist = paper_inputs      # the V-ABFT paper's input distributions
 
 
-def overhead(n, rounds):
+def _plain_gemm(dtype):
+    """The GEMM fpx.abft protects, unprotected: NumPy's matmul for float32/float64; for
+    bfloat16 the same emulated mixed-precision GEMM (float32 BLAS, one rounding to bf16)."""
+    if dtype == "bfloat16":
+        return lambda a, b: (a.astype(np.float32) @ b.astype(np.float32)).astype(BF16)
+    return mm
+
+
+def overhead(n, rounds, dtype="float32"):
     """End-to-end time of ``fpx.abft(matmul)`` over the plain GEMM (medians of interleaved
-    rounds), and the verification alone (checksums, V-ABFT threshold, comparison: what abft
-    adds to the BLAS call) over the plain GEMM -- the second is what a loaded machine's
-    +-20% swings in the GEMM's own time do not drown."""
+    rounds), and the verification alone (the fused checksum passes, V-ABFT threshold,
+    comparison: what abft adds to the BLAS call) over the plain GEMM -- the second is what a
+    loaded machine's +-20% swings in the GEMM's own time do not drown. ``load``: the 1-minute
+    load average at the end."""
     from fpx import formats
     from fpx.transforms.abft import check, thresholds
     rng = np.random.default_rng(0)
-    A = rng.standard_normal((n, n)).astype(np.float32)
-    B = rng.standard_normal((n, n)).astype(np.float32)
-    C3 = (A @ B)[None]
-    f32 = formats.get("float32")
+    A = rng.standard_normal((n, n)).astype(BF16 if dtype == "bfloat16" else dtype)
+    B = rng.standard_normal((n, n)).astype(A.dtype)
+    acc = np.float64 if dtype == "float64" else np.float32
+    A3, B3 = A.astype(acc)[None], B.astype(acc)[None]
+    C3 = A3 @ B3
+    fa = formats.get(acc)
 
     def verify_only():
-        info = thresholds.Info(fmt=f32, acc=f32, out=f32, verify="online", c_sigma=2.5,
-                               e_max=thresholds.e_max_for(None, f32, n, n))
-        check.check(A[None], B[None], C3, tfun=thresholds.vabft, info=info, checksums="auto",
+        info = thresholds.Info(fmt=fa, acc=fa, out=fa, verify="online", c_sigma=2.5,
+                               e_max=thresholds.e_max_for(None, fa, n, n))
+        check.check(A3, B3, C3, tfun=thresholds.vabft, info=info, checksums="auto",
                     correct=True, out=None)
 
-    runs = {"plain": lambda: A @ B, "verify": verify_only, "v-abft": abft(mm),
+    plain = _plain_gemm(dtype)
+    runs = {"plain": lambda: plain(A, B), "verify": verify_only, "v-abft": abft(mm),
             "rigorous": abft(mm, threshold="rigorous"), "both": abft(mm, checksums="both")}
-    ts = {k: [] for k in runs}
     call = {k: (f if k in ("plain", "verify") else (lambda f=f: f(A, B))) for k, f in runs.items()}
+    ts = {k: [] for k in runs}
     for k in runs:
         call[k]()
     for _ in range(rounds):
@@ -77,6 +91,7 @@ def overhead(n, rounds):
     out = {k: float(np.median(v)) / base for k, v in ts.items() if k not in ("plain", "verify")}
     out["verify_share"] = float(np.median(ts["verify"])) / base
     out.update({k + "_min": float(np.min(v)) / best for k, v in ts.items() if k != "plain"})
+    out["load"] = os.getloadavg()[0]
     return base, out
 
 
@@ -165,11 +180,13 @@ def main(argv=None):
     q = args.quick
     print(f"load average: {os.getloadavg()}")
     res = {}
-    for n in (1024, 2048):
-        base, r = overhead(n, 5 if q else 15)
-        res[f"overhead_{n}"] = r
-        print(f"overhead n={n} float32: plain {base * 1e3:.1f} ms; " +
-              ", ".join(f"{k} {v:.3f}x" for k, v in r.items()))
+    for dtype in ("float32", "float64", "bfloat16"):
+        for n in (1024, 2048):
+            base, r = overhead(n, 5 if q else 15, dtype)
+            res[f"overhead_{n}" if dtype == "float32" else f"overhead_{dtype}_{n}"] = r
+            print(f"overhead n={n} {dtype}: plain {base * 1e3:.1f} ms; " +
+                  ", ".join(f"{k} {v:.3f}" + ("" if k == "load" else "x")
+                            for k, v in r.items()))
     rows = tightness((128, 256, 512) if q else (128, 256, 512, 1024, 2048), 2 if q else 4)
     print(f"{'format':9} {'n':>5} {'actual':>9} {'V-ABFT':>8} {'A-ABFT':>8} {'rigorous':>9}  "
           "(threshold / actual, means over rows)")

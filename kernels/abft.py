@@ -130,6 +130,60 @@ def _row_pass(X, w1, w2, v1, v2, keys, out, ext, lo, hi):
             ext[1, g, r] = b
 
 
+@numba.njit(**_SUM)
+def _col_sums(Xs, w1, w2, v1, v2, acc):
+    """acc[q, r] += the sums of :func:`_sums` for the rows r of ``Xs`` (R', L), read column
+    by column (its columns are contiguous); each row's sum sequential in j."""
+    for j in range(Xs.shape[1]):
+        x = Xs[:, j]
+        for r in range(x.size):
+            v = _wide(x[r])
+            acc[0, r] += v
+            if w1 is not None:
+                acc[1, r] += v * w1[j]
+            if w2 is not None:
+                acc[2, r] += v * w2[j]
+            if v1 is not None:
+                acc[3, r] += abs(v) * v1[j]
+            if v2 is not None:
+                acc[4, r] += abs(v) * v2[j]
+
+
+@numba.njit(cache=True, nogil=True)
+def _col_extrema(ks, ext, g, r0):
+    """ext[:, g, r0 + r] = the max and min order keys of the rows r of ``ks`` (R', L > 0),
+    read column by column."""
+    hi = np.empty(ks.shape[0], ks.dtype)
+    for r in range(ks.shape[0]):
+        hi[r] = _key(ks[r, 0])
+    lo = hi.copy()
+    for j in range(1, ks.shape[1]):
+        k = ks[:, j]
+        for r in range(k.size):
+            b = _key(k[r])
+            hi[r] = max(hi[r], b)
+            lo[r] = min(lo[r], b)
+    ext[0, g, r0:r0 + hi.size] = hi
+    ext[1, g, r0:r0 + hi.size] = lo
+
+
+@numba.njit(**_SUM)
+def _col_pass(X, w1, w2, v1, v2, keys, out, ext, lo, hi):
+    """:func:`row_pass` for the rows ``lo`` to ``hi`` of an ``X`` whose rows are strided and
+    columns contiguous (a transposed or Fortran-order operand): read in memory order, each
+    row's sums sequential in its own order (lanes across rows, no reassociation)."""
+    R, L = out.shape[2], X.shape[2]
+    Gx = X.shape[0]
+    for g in range(lo // R, (hi - 1) // R + 1):
+        r0, r1 = max(lo - g * R, 0), min(hi - g * R, R)
+        gx = min(g, Gx - 1)
+        acc = np.zeros((5, r1 - r0), out.dtype)
+        _col_sums(X[gx, r0:r1], _pick(w1, g), _pick(w2, g), _pick(v1, g), _pick(v2, g), acc)
+        out[:, g, r0:r1] = acc
+        if keys is not None and L:
+            _col_extrema(keys[gx, r0:r1], ext, g, r0)
+
+
 _POOL = [None, None]          # (the process that made it, its ThreadPoolExecutor)
 _MIN_SPLIT = 2 ** 16          # elements below which one thread does it all
 
@@ -147,20 +201,22 @@ def row_pass(X, w1, w2, v1, v2, keys, out, ext):
     or ``X`` viewed as same-size signed integers, whose order keys (:func:`_key`) have their
     row max and min written to ``ext`` (2, G, R) (decode with :func:`keys_to_floats`).
 
-    The rows are split in contiguous ranges over ``numba.get_num_threads()`` threads -- the
+    Where X's rows are strided and its columns contiguous, :func:`_col_pass` reads it in
+    memory order instead. The rows are split in contiguous ranges over ``numba.get_num_threads()`` threads -- the
     caller's and a private pool's (a numba ``prange`` team would spin after the pass, taking
     the cores from the BLAS call that follows); every row is one thread's, so the results do
     not depend on the split."""
     args = (X, w1, w2, v1, v2, keys, out, ext)
+    kernel = _col_pass if X.shape[2] > 1 and abs(X.strides[1]) < abs(X.strides[2]) \
+        else _row_pass
     jobs = out.shape[1] * out.shape[2]
     n = min(numba.get_num_threads(), jobs, max(1, X.size // _MIN_SPLIT))
     if n <= 1:
-        _row_pass(*args, 0, jobs)
+        kernel(*args, 0, jobs)
         return
     cuts = [jobs * t // n for t in range(n + 1)]
-    futures = [_pool(n - 1).submit(_row_pass, *args, cuts[t], cuts[t + 1])
-               for t in range(1, n)]
-    _row_pass(*args, cuts[0], cuts[1])
+    futures = [_pool(n - 1).submit(kernel, *args, cuts[t], cuts[t + 1]) for t in range(1, n)]
+    kernel(*args, cuts[0], cuts[1])
     for f in futures:
         f.result()
 

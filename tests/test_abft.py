@@ -542,16 +542,19 @@ def test_fused_sums_do_not_depend_on_the_thread_count():
     A = rng.standard_normal((1, 512, 300)).astype(np.float32)
     B = rng.standard_normal((1, 300, 512)).astype(np.float32)
     C = np.matmul(A, B)
+    T = [np.swapaxes(x, 1, 2) for x in (B, A, C)]      # the column check's operands
     old = numba.get_num_threads()
     try:
         runs = []
         for t in (1, min(2, numba.config.NUMBA_NUM_THREADS)):
             numba.set_num_threads(t)
-            runs.append(row_sums(A, B, C, weighted=True, ext=True, absolute=True))
+            runs.append([row_sums(*ops, weighted=True, ext=True, absolute=True)
+                         for ops in ((A, B, C), T)])
     finally:
         numba.set_num_threads(old)
     for k in _FIELDS:
-        assert np.array_equal(getattr(runs[0], k), getattr(runs[1], k)), k
+        for a, b in zip(runs[0], runs[1]):
+            assert np.array_equal(getattr(a, k), getattr(b, k)), k
 
 
 @pytest.mark.parametrize("threshold", ["v-abft", "a-abft", "rigorous"])

@@ -94,8 +94,6 @@ def _rows(X, G, w1=None, w2=None, v1=None, v2=None, ext=False):
     """``kernels.abft.row_pass`` over X's rows for G batch entries: (out (5, G, R), extrema
     (max, min) as float64 or None)."""
     from fpx.kernels import abft as K
-    if X.shape[-1] > 1 and X.strides[-1] != X.itemsize:
-        X = np.ascontiguousarray(X)                  # rows must be contiguous to stream
     acc = _acc(X.dtype)
     out = np.empty((5, G, X.shape[1]), acc)
     keys = X.view(np.dtype(f"i{X.itemsize}")) if ext else None
