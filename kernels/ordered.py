@@ -1,13 +1,19 @@
-"""Sums and dot products in a stated order, every product and addition rounded to the
-accumulation format, no FMA contraction (numba without ``fastmath``: LLVM only fuses
-``a*b + c`` when told it may): the kernels of ``fpx.reproducible``'s ``sequential`` and
-``pairwise`` orders (docs/reproducible.md, "Reductions and contractions").
+"""Sums and dot products in a stated order with a per-step rounding: the ordered-dot skeleton
+shared by ``fpx.reproducible``'s ``sequential``/``pairwise`` kernels (round to nearest in the
+accumulation format) and ``fpx.stochastic``'s flop-level float32 matmul (random rounding).
 
-Every output element is its own sum, computed by one thread in the order the spec states;
-threads split the output rows only, so the bits do not depend on the thread count, the
-batch, or the layout of the operands (they are read through their strides).
+Round to nearest: every product and addition is rounded to the accumulation format, with no
+FMA contraction (numba without ``fastmath``: LLVM only fuses ``a*b + c`` when told it may;
+docs/reproducible.md, "Reductions and contractions").
 
-Orders: 0 = sequential (``s = t0; s = s + t1; ...``), 1 = pairwise (the fixed tree of
+Every output element is its own sum, taken in the order the spec states; the kernels split the
+output into tiles of ``ROWS`` rows by ``COLS`` columns (one row of B, loaded once, serves every
+row of the tile; the running sums of a tile stay in L1, and the loop over its columns
+vectorizes) and threads split the tiles, so neither the bits nor the random positions depend on
+the thread count, the tiling, the batch, or the layout of the operands (they are read through
+their strides).
+
+Orders: sequential (``s = t0; s = s + t1; ...``), pairwise (the fixed tree of
 docs/reproducible.md: neighbours combined level by level, a block of 2^j terms is merged as
 soon as its partner is complete, and the remaining blocks are added right to left).
 """
@@ -15,14 +21,237 @@ from __future__ import annotations
 
 import numba
 import numpy as np
-from numba import prange
+from llvmlite import ir
+from numba import prange, types
+from numba.core.errors import TypingError
+from numba.extending import intrinsic
 
-__all__ = ["matmul", "reduce", "run"]
+__all__ = ["matmul", "reduce", "run", "make_matmul", "sequential_tile", "elementwise_row",
+           "ROWS", "COLS"]
 
 _opts = dict(nogil=True, error_model="numpy", fastmath=False)
 _LEVELS = 64
+ROWS = 16          # rows of A per tile: a row of B, loaded once, serves ROWS rows
+COLS = 128         # output columns per tile (a multiple of every SIMD width)
+_VEC = 128          # bytes per _axpy_rn call: two 512-bit vectors
 
 
+# ---------------------------------------------------------------------------------------------
+# the skeleton: tiles of the output, each a set of ordered dot products
+# ---------------------------------------------------------------------------------------------
+def make_matmul(tile, key_of, parallel=True):
+    """``kernel(A, B, keys, op, sm, sn, out)``: ``out[s, g, m, n] = Σ_k A[s, g, m, k]·B[s, g,
+    k, n]``, each output tile computed by ``tile``. A is (SA, GA, M, K), B (SB, GB, K, N), out
+    (S, G, M, N); a leading dimension of 1 broadcasts. ``key_of(keys, s, op)``: the tile's
+    random key for sample s; ``tile`` gets it with the position of term k of out[s, g, m, n]
+    in the random stream, ``g·M·N·K + m·sm + n·sn + k`` (unused by round to nearest)."""
+    def kernel(A, B, keys, op, sm, sn, out):
+        S, G, M, N = out.shape
+        K = A.shape[3]
+        nr = (M + ROWS - 1) // ROWS
+        nc = (N + COLS - 1) // COLS
+        for job in prange(S * G * nc * nr):
+            sg = job // (nc * nr)
+            s = sg // G
+            g = sg % G
+            n0 = ((job // nr) % nc) * COLS
+            m0 = (job % nr) * ROWS
+            rows = min(M - m0, ROWS)
+            cols = min(N - n0, COLS)
+            if K == 0:
+                for r in range(rows):
+                    for c in range(cols):
+                        out[s, g, m0 + r, n0 + c] = 0
+                continue
+            a = A[s if A.shape[0] > 1 else 0, g if A.shape[1] > 1 else 0]
+            b = B[s if B.shape[0] > 1 else 0, g if B.shape[1] > 1 else 0]
+            acc = np.empty((ROWS, COLS), out.dtype)
+            tile(a, b, key_of(keys, s, op), m0, rows, n0, cols,
+                 g * M * N * K, sm, sn, acc)
+            for r in range(rows):
+                o = out[s, g, m0 + r]
+                ar = acc[r]
+                for c in range(cols):
+                    o[n0 + c] = ar[c]
+    if parallel:
+        return numba.njit(parallel=True, **_opts)(kernel)
+    return numba.njit(**_opts)(kernel)
+
+
+def sequential_tile(row):
+    """The tile of the sequential order, the rounding a pluggable piece: ``row(acc, r, b, k,
+    n0, cols, ak, key, base, sn, flag)`` brings term k into the running sums ``acc[r, :cols]``
+    of row r (``ak`` = A[m, k], B's row k read from column n0; term k of column c sits at
+    position ``base + (n0 + c)·sn`` of the random stream; ``flag``: COLS booleans of scratch)."""
+    @numba.njit(inline="always")
+    def tile(a, b, key, m0, rows, n0, cols, base0, sm, sn, acc):
+        flag = np.zeros(COLS, np.bool_)
+        for k in range(a.shape[1]):
+            for r in range(rows):
+                row(acc, r, b, k, n0, cols, a[m0 + r, k], key, base0 + (m0 + r) * sm + k, sn,
+                    flag)
+    return tile
+
+
+def elementwise_row(first, step, fix=None):
+    """A ``row`` for :func:`sequential_tile` from per-element pieces: ``first(a, b, key, pos)``
+    is term 0, ``step(acc, a, b, key, pos)`` adds term k; each returns ``(value, bad)``. With
+    ``fix``, the elements a step calls ``bad`` (a value the fast rounding cannot take) keep
+    their sum through the vectorized pass and are redone by ``fix(acc, a, b, key, pos, k)``."""
+    FIX = fix is not None
+
+    @numba.njit(inline="always")
+    def row(acc, r, b, k, n0, cols, ak, key, base, sn, flag):
+        ar = acc[r]
+        bk = b[k]
+        nbad = 0
+        if k == 0:
+            for c in range(cols):
+                v, bad = first(ak, bk[n0 + c], key, base + (n0 + c) * sn)
+                if FIX:
+                    flag[c] = bad
+                    nbad += bad
+                ar[c] = v
+        else:
+            for c in range(cols):
+                v, bad = step(ar[c], ak, bk[n0 + c], key, base + (n0 + c) * sn)
+                if FIX:
+                    flag[c] = bad
+                    nbad += bad
+                    ar[c] = ar[c] if bad else v
+                else:
+                    ar[c] = v
+        if FIX and nbad:
+            for c in range(cols):
+                if flag[c]:
+                    ar[c] = fix(ar[c], ak, bk[n0 + c], key, base + (n0 + c) * sn, k)
+    return row
+
+
+@numba.njit(inline="always")
+def _no_key(keys, s, op):
+    return np.uint64(0)
+
+
+# ---------------------------------------------------------------------------------------------
+# round to nearest: explicit 512-bit vectors (LLVM's vectorizer stops at 256 bits on CPUs
+# tuned for it; the ops are IEEE ops lane by lane, so the width changes no bit)
+# ---------------------------------------------------------------------------------------------
+@intrinsic
+def _axpy_rn(typingctx, acc, r, c, b, k, n, a):
+    """``acc[r, c:c+W] = acc[r, c:c+W] + a·b[k, n:n+W]`` with W = 128 bytes of the dtype, the
+    product and the sum each rounded (plain ``fmul``/``fadd``: no contraction); both arrays
+    C-contiguous 2-D of one float dtype."""
+    if not (isinstance(acc, types.Array) and isinstance(b, types.Array) and acc.ndim == 2
+            and b.ndim == 2 and acc.layout == "C" and b.layout == "C"
+            and acc.dtype == b.dtype == a and a in (types.float32, types.float64)):
+        raise TypingError(f"_axpy_rn: needs C-contiguous 2-D arrays of one float dtype, got "
+                          f"{acc}, {b}, {a}")
+    W = _VEC // (4 if a == types.float32 else 8)
+
+    def codegen(context, builder, sig, args):
+        accv, rv, cv, bv, kv, nv, av = args
+        fty = context.get_value_type(a)
+        vty = ir.VectorType(fty, W)
+        size = 4 if a == types.float32 else 8
+
+        def ptr(aty, arr, i, j):
+            ary = context.make_array(aty)(context, builder, arr)
+            stride = builder.extract_value(ary.strides, 0)
+            off = builder.add(builder.mul(i, stride), builder.mul(j, ir.Constant(i.type, size)))
+            p = builder.gep(builder.bitcast(ary.data, ir.IntType(8).as_pointer()), [off])
+            return builder.bitcast(p, vty.as_pointer())
+        pa = ptr(sig.args[0], accv, rv, cv)
+        pb = ptr(sig.args[3], bv, kv, nv)
+        one = builder.insert_element(ir.Constant(vty, ir.Undefined), av, ir.Constant(ir.IntType(32), 0))
+        splat = builder.shuffle_vector(one, one, ir.Constant(ir.VectorType(ir.IntType(32), W), [0] * W))
+        prod = builder.fmul(splat, builder.load(pb, align=size))
+        builder.store(builder.fadd(builder.load(pa, align=size), prod), pa, align=size)
+        return context.get_dummy_value()
+    return types.void(acc, types.intp, types.intp, b, types.intp, types.intp, a), codegen
+
+
+@numba.njit(inline="always")
+def _rn_row(acc, r, b, k, n0, cols, ak, key, base, sn, flag):
+    """Round-to-nearest step ``s = s + a·b`` (the sums start at -0, which adds exactly:
+    ``-0 + t = t`` for every t, signed zeros included, so term 0 is ``s = t0``)."""
+    W = _VEC // acc.itemsize
+    c = 0
+    while c + W <= cols:
+        _axpy_rn(acc, r, c, b, k, n0 + c, ak)
+        c += W
+    ar = acc[r]
+    bk = b[k]
+    for j in range(c, cols):
+        p = ak * bk[n0 + j]
+        ar[j] = ar[j] + p
+
+
+_rn_seq = sequential_tile(_rn_row)
+
+
+@numba.njit(inline="always")
+def _rn_tile(a, b, key, m0, rows, n0, cols, base0, sm, sn, acc):
+    acc[:] = -0.0
+    _rn_seq(a, b, key, m0, rows, n0, cols, base0, sm, sn, acc)
+
+
+@numba.njit(inline="always")
+def _pairwise_tile(a, b, key, m0, rows, n0, cols, base0, sm, sn, acc):
+    """The pairwise tree for a tile: the stack of completed blocks (2^j terms each) of every
+    element, a new block merged with its left neighbour while they have the same size."""
+    K = a.shape[1]
+    levels = 2
+    while (1 << (levels - 1)) <= K:
+        levels += 1
+    stack = np.empty((levels, ROWS, COLS), acc.dtype)
+    sizes = np.empty(levels, np.int64)
+    top = 0
+    for k in range(K):
+        bk = b[k]
+        cur = stack[top]
+        for r in range(rows):
+            ak = a[m0 + r, k]
+            cr = cur[r]
+            for c in range(cols):
+                cr[c] = ak * bk[n0 + c]
+        size = 1
+        while top > 0 and sizes[top - 1] == size:
+            prev = stack[top - 1]
+            for r in range(rows):
+                pr, cr = prev[r], cur[r]
+                for c in range(cols):
+                    pr[c] = pr[c] + cr[c]
+            cur = prev
+            size *= 2
+            top -= 1
+        sizes[top] = size
+        top += 1
+    for r in range(rows):
+        ar = acc[r]
+        for c in range(cols):
+            ar[c] = stack[top - 1, r, c]
+        for j in range(top - 2, -1, -1):
+            sj = stack[j, r]
+            for c in range(cols):
+                ar[c] = sj[c] + ar[c]
+
+
+_MATMUL = {(o, p): make_matmul(t, _no_key, p)
+           for o, t in ((0, _rn_tile), (1, _pairwise_tile)) for p in (True, False)}
+_NOKEYS = np.zeros(1, np.uint64)
+
+
+def matmul(A, B, order, out, parallel=True):
+    """``out[g, m, n] = Σ_k A[g, m, k]·B[g, k, n]`` in ``order`` (0 sequential, 1 pairwise),
+    rounded to nearest in the accumulation dtype that A, B and out share; a batch dimension
+    of 1 broadcasts."""
+    _MATMUL[order, parallel](A[None], np.ascontiguousarray(B)[None], _NOKEYS, 0, 0, 0, out[None])
+
+
+# ---------------------------------------------------------------------------------------------
+# sums along an axis
+# ---------------------------------------------------------------------------------------------
 @numba.njit(inline="always")
 def _push(stack, sizes, top, cur):
     """Push the one-term block ``cur`` onto the pairwise stack, merging equal-sized blocks
@@ -47,46 +276,6 @@ def _finish(stack, top, acc):
         prev = stack[j]
         for n in range(acc.size):
             acc[n] = prev[n] + acc[n]
-
-
-@numba.njit(parallel=True, **_opts)
-def matmul(A, B, order, out):
-    """``out[g, m, n] = Σ_k A[g, m, k]·B[g, k, n]`` in ``order``; A, B and out share the
-    accumulation dtype; a batch dimension of 1 broadcasts."""
-    G, M, N = out.shape
-    K = A.shape[2]
-    for job in prange(G * M):
-        g = job // M
-        m = job % M
-        a = A[g if A.shape[0] > 1 else 0, m]
-        b = B[g if B.shape[0] > 1 else 0]
-        acc = out[g, m]
-        if K == 0:
-            acc[:] = 0
-            continue
-        if order == 0:
-            a0 = a[0]
-            b0 = b[0]
-            for n in range(N):
-                acc[n] = a0 * b0[n]
-            for k in range(1, K):
-                ak = a[k]
-                bk = b[k]
-                for n in range(N):
-                    p = ak * bk[n]
-                    acc[n] = acc[n] + p
-        else:
-            stack = np.empty((_LEVELS, N), out.dtype)
-            sizes = np.empty(_LEVELS, np.int64)
-            cur = np.empty(N, out.dtype)
-            top = 0
-            for k in range(K):
-                ak = a[k]
-                bk = b[k]
-                for n in range(N):
-                    cur[n] = ak * bk[n]
-                top = _push(stack, sizes, top, cur)
-            _finish(stack, top, acc)
 
 
 @numba.njit(parallel=True, **_opts)
@@ -126,9 +315,8 @@ def reduce(X, order, cumulative, out):
             out[o, 0, :] = acc
 
 
-# the same kernels compiled without threads (prange runs as range): for small problems, where
+# the same kernel compiled without threads (prange runs as range): for small problems, where
 # starting the threads costs more than the work (the bits are the same either way)
-_matmul_serial = numba.njit(**_opts)(matmul.py_func)
 _reduce_serial = numba.njit(**_opts)(reduce.py_func)
 _SERIAL_BELOW = 1 << 18          # multiply-adds
 
@@ -138,6 +326,7 @@ def run(kernel, *args):
     one of them), threaded when the problem has at least 2^18 terms."""
     X = args[0]
     work = X.size * (args[1].shape[2] if kernel is matmul else 1)
-    if work < _SERIAL_BELOW:
-        kernel = _matmul_serial if kernel is matmul else _reduce_serial
-    kernel(*args)
+    if kernel is matmul:
+        matmul(*args, parallel=work >= _SERIAL_BELOW)
+    else:
+        (reduce if work >= _SERIAL_BELOW else _reduce_serial)(*args)

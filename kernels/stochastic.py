@@ -40,6 +40,7 @@ from numba import prange
 from numba import types
 from numba.extending import intrinsic
 
+from fpx.kernels import ordered
 from fpx.kernels.elementwise import _llvm_fma
 
 MODES = {"rn": 0, "sr": 1, "ud": 2, "cestac": 3, "mca": 4}
@@ -588,48 +589,41 @@ def _fast_ops(MODE):
 
 
 def _make_fast_matmul(MODE):
+    """The sequential ordered-dot skeleton of ``fpx.kernels.ordered`` with this mode's
+    per-step rounding: product, then sum, each rounded on float64 bit patterns with one random
+    word ``h`` (the product takes its high bits, the sum its low half shifted up); elements
+    that leave float32's normal range are redone with the general rounder (same ``h``)."""
     rnd, bad = _fast_ops(MODE)
+    f32max = _F32[2]
 
-    @numba.njit(parallel=True, nogil=True, error_model="numpy")
-    def kernel(A, B, keys, op_prod, sm, sn, out):
-        S, G, M, N = out.shape
-        K = A.shape[3]
-        for job in prange(S * G * M):  # noqa: B007
-            s = job // (G * M)
-            g = (job // M) % G
-            m = job % M
-            kp = op_key(keys[s], op_prod)
-            base = g * M * N * K + m * sm
-            arow = A[s if A.shape[0] > 1 else 0, g if A.shape[1] > 1 else 0, m]
-            bmat = B[s if B.shape[0] > 1 else 0, g if B.shape[1] > 1 else 0]
-            acc = np.zeros(N)
-            flag = np.zeros(N, np.uint8)
-            for k in range(K):
-                a = arow[k]
-                brow = bmat[k]
-                nbad = 0
-                for n in range(N):
-                    h = bits_at(kp, np.uint64(base + n * sn + k))
-                    b = _f2i(a * brow[n])
-                    pb = rnd(b, h)
-                    if k == 0:
-                        yb = pb
-                    else:                    # the add's bits: h's low half, on top
-                        yb = rnd(_f2i(acc[n] + _i2f(pb)), h << _S32U)
-                    isbad = bad(b) | bad(pb) | bad(yb)
-                    nbad += isbad
-                    flag[n] = isbad
-                    acc[n] = acc[n] if isbad else _i2f(yb)
-                if nbad:
-                    for n in range(N):
-                        if flag[n]:
-                            h = bits_at(kp, np.uint64(base + n * sn + k))
-                            pr = rounder(a * brow[n], 0.0, h, MODE, 24, -126, _F32[2], False, 0)
-                            acc[n] = pr if k == 0 else rounder(acc[n] + pr, 0.0, h << _S32U, MODE,
-                                                               24, -126, _F32[2], False, 0)
-            for n in range(N):
-                out[s, g, m, n] = acc[n]
-    return kernel
+    @numba.njit(inline="always")
+    def first(a, b, key, pos):
+        x = _f2i(a * b)
+        pb = rnd(x, bits_at(key, np.uint64(pos)))
+        return _i2f(pb), bad(x) | bad(pb)
+
+    @numba.njit(inline="always")
+    def step(acc, a, b, key, pos):
+        h = bits_at(key, np.uint64(pos))
+        x = _f2i(a * b)
+        pb = rnd(x, h)
+        yb = rnd(_f2i(acc + _i2f(pb)), h << _S32U)
+        return _i2f(yb), bad(x) | bad(pb) | bad(yb)
+
+    @numba.njit(inline="always")
+    def fix(acc, a, b, key, pos, k):
+        h = bits_at(key, np.uint64(pos))
+        pr = rounder(a * b, 0.0, h, MODE, 24, -126, f32max, False, 0)
+        if k == 0:
+            return pr
+        return rounder(acc + pr, 0.0, h << _S32U, MODE, 24, -126, f32max, False, 0)
+
+    @numba.njit(inline="always")
+    def key_of(keys, s, op):
+        return op_key(keys[s], op)
+
+    row = ordered.elementwise_row(first, step, fix)
+    return ordered.make_matmul(ordered.sequential_tile(row), key_of)
 
 
 _FAST_MATMUL = {}

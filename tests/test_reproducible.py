@@ -169,10 +169,66 @@ def test_narrow_formats_accumulate_in_float32():
     assert got.dtype == ml_dtypes.bfloat16
 
 
+def _loop_matmul(a, b, order):
+    """The spec's loop over k, one NumPy operation (elementwise over outputs) per step, in
+    the arrays' dtype."""
+    terms = list(a.T[:, :, None] * b[:, None, :])
+    return ref_sequential(terms) if order == 0 else ref_pairwise(terms)
+
+
+@pytest.mark.parametrize("dt", [np.float32, np.float64])
+def test_ordered_kernel_is_a_plain_loop_for_any_tiling_layout_and_threads(dt):
+    """Shapes across the tile edges (ordered.ROWS x ordered.COLS) and the vector width; the
+    same bits from a plain loop, from sub-blocks at odd offsets (other tile boundaries), for
+    A in F order, from the serial and threaded builds, and on one thread."""
+    R, C = ordered.ROWS, ordered.COLS
+    a, b = data((R + 3, 37), 1, dt), data((37, C + 21), 2, dt)
+    b[3, 5], a[2, 0] = -0.0, np.float32(2.0 ** -140)      # a signed zero, a subnormal
+    for order in (0, 1):
+        want = _loop_matmul(a, b, order)
+        out = np.empty((1,) + want.shape, dt)
+        ordered.matmul(a[None], b[None], order, out)
+        assert same(out[0], want), order
+        for par in (True, False) if dt == np.float32 else (True,):
+            sub = np.empty((1, R - 2, 40), dt)
+            ordered.matmul(np.asfortranarray(a[3:R + 1])[None], b[None, :, 7:47], order, sub,
+                           parallel=par)
+            assert same(sub[0], want[3:R + 1, 7:47]), (order, par)
+        threads = numba.get_num_threads()
+        numba.set_num_threads(1)
+        try:
+            one = np.empty_like(out)
+            ordered.matmul(a[None], b[None], order, one)
+        finally:
+            numba.set_num_threads(threads)
+        assert same(one, out)
+
+
+def test_ordered_kernel_batch_rows_are_independent():
+    x, w = data((64, 300), 3), data((300, 70), 4)
+    full = fpx.reproducible(np.matmul)(x, w)
+    for i in (0, 17, 63):
+        assert same(fpx.reproducible(np.matmul)(x[i:i + 1], w)[0], full[i])
+    assert same(full[:2], _loop_matmul(x[:2], w, 0))
+
+
 def test_no_fma_contraction_in_the_ordered_kernels():
-    for kernel in (ordered.matmul, ordered.reduce, ordered._matmul_serial, ordered._reduce_serial):
-        for asm in kernel.inspect_asm().values():
-            assert "vfmadd" not in asm and "vfmsub" not in asm
+    a = np.ones((2, 3), np.float32)
+    for dt in (np.float32, np.float64):
+        for order in (0, 1):
+            for par in (True, False) if dt == np.float32 else (True,):
+                ordered.matmul(a.astype(dt)[None], a.T.astype(dt)[None], order,
+                               np.empty((1, 2, 2), dt), parallel=par)
+        for kernel in (ordered.reduce, ordered._reduce_serial):
+            kernel(a.astype(dt)[None], 0, False, np.empty((1, 1, 3), dt))
+    kernels = list(ordered._MATMUL.values()) + [ordered.reduce, ordered._reduce_serial]
+    for kernel in kernels:
+        asms = list(kernel.inspect_asm().values())
+        assert asms                                   # compiled: the check is not vacuous
+        for asm in asms:
+            assert "vmulp" in asm or "mulss" in asm or "mulsd" in asm or kernel in (
+                ordered.reduce, ordered._reduce_serial)
+            assert "vfmadd" not in asm and "vfmsub" not in asm and "vfnmadd" not in asm
 
 
 def test_special_values_subnormals_and_signed_zeros():
