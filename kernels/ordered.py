@@ -19,6 +19,8 @@ soon as its partner is complete, and the remaining blocks are added right to lef
 """
 from __future__ import annotations
 
+import math
+
 import numba
 import numpy as np
 from llvmlite import ir
@@ -27,6 +29,7 @@ from numba.core.errors import TypingError
 from numba.extending import intrinsic
 
 __all__ = ["matmul", "reduce", "run", "make_matmul", "sequential_tile", "elementwise_row",
+           "round_test_f32", "dot2",
            "ROWS", "COLS"]
 
 _opts = dict(nogil=True, error_model="numpy", fastmath=False)
@@ -330,3 +333,66 @@ def run(kernel, *args):
         matmul(*args, parallel=work >= _SERIAL_BELOW)
     else:
         (reduce if work >= _SERIAL_BELOW else _reduce_serial)(*args)
+
+
+# ---------------------------------------------------------------------------------------------
+# order "exact": the rounding test of a float64 product, and compensated dot products
+# ---------------------------------------------------------------------------------------------
+@numba.njit(inline="always")
+def _sign(x):
+    return math.copysign(1.0, x)
+
+
+@numba.njit(parallel=True, **_opts)
+def round_test_f32(s, ra, cb, coef, out, bad):
+    """``out = float32(s)`` and ``bad`` where that is not proven the correct rounding of the
+    exact value, known to lie within ``coef·ra[g, m]·cb[g, n]`` of ``s`` (G, M, N float64; ra
+    and cb with a leading dimension of 1 or G): every real in ``s ± pad``, pad the bound plus
+    the ends' own rounding (``|s|·2^-52 + 2^-1074``), must round to one float32, signed zeros
+    told apart; a non-finite ``s`` or bound is undecided."""
+    G, M, N = s.shape
+    for gm in prange(G * M):
+        g = gm // M
+        m = gm % M
+        rm = ra[g if ra.shape[0] > 1 else 0, m] * coef
+        cn = cb[g if cb.shape[0] > 1 else 0]
+        for n in range(N):
+            x = s[g, m, n]
+            pad = rm * cn[n] + abs(x) * 2.0 ** -52 + 2.0 ** -1074
+            lo = np.float32(x - pad)
+            hi = np.float32(x + pad)
+            out[g, m, n] = lo
+            bad[g, m, n] = ((lo != hi) | (_sign(lo) != _sign(hi)) | ~np.isfinite(x)
+                            | ~np.isfinite(pad))
+
+
+@numba.njit(parallel=True, **_opts)
+def dot2(A, B, ga, gb, mi, ni, gamma2, s, err):
+    """Compensated dot products (Ogita, Rump & Oishi's Dot2 with exact float64 products of
+    float32 operands): ``s[j] ≈ Σ_k A[ga[j], mi[j], k]·B[gb[j], k, ni[j]]`` with
+    ``|s - exact| <= err[j] = 2^-52·|s| + 2·gamma2·Σ|terms|`` (gamma2 = γ_K², their
+    Proposition 4.5 with room for the float64 evaluation of the bound). Elements in chunks,
+    the terms k in the outer loop (B read row by row)."""
+    K = A.shape[2]
+    J = mi.size
+    CH = 256
+    for ch in prange((J + CH - 1) // CH):
+        j0 = ch * CH
+        nj = min(J - j0, CH)
+        hi = np.zeros(nj)
+        lo = np.zeros(nj)
+        mag = np.zeros(nj)
+        for k in range(K):
+            for i in range(nj):
+                j = j0 + i
+                t = np.float64(A[ga[j], mi[j], k]) * np.float64(B[gb[j], k, ni[j]])
+                h = hi[i]
+                x = h + t
+                bb = x - h
+                lo[i] += (h - (x - bb)) + (t - bb)
+                hi[i] = x
+                mag[i] += abs(t)
+        for i in range(nj):
+            v = hi[i] + lo[i]
+            s[j0 + i] = v
+            err[j0 + i] = 2.0 ** -52 * abs(v) + 2.0 * gamma2 * mag[i]

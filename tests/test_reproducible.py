@@ -169,6 +169,26 @@ def test_narrow_formats_accumulate_in_float32():
     assert got.dtype == ml_dtypes.bfloat16
 
 
+def test_exact_matmul_undecided_elements_take_dot2_then_mpfr(monkeypatch):
+    """Cancellation defeats the BLAS product's bound; Dot2 decides those elements (no MPFR
+    call), and a float32 midpoint (a tie) still reaches MPFR: both give the exact rounding."""
+    from fpx.transforms.reproducible import exact
+    calls = []
+    real = exact.exact_fallback
+    monkeypatch.setattr(exact, "exact_fallback", lambda rows, F: calls.append(len(rows))
+                        or real(rows, F))
+    rng = np.random.default_rng(5)
+    a = data((6, 40), 5)
+    a[:, 0], a[:, 1] = 2.0 ** 40, -2.0 ** 40                 # cancel exactly
+    b = data((40, 7), 6)
+    b[0], b[1] = 1.0, 1.0
+    a[:, 2:] *= 2.0 ** rng.integers(-8, 8, (6, 38)).astype(np.float32)
+    f = fpx.reproducible(np.matmul, order="exact")
+    assert same(f(a, b), ref_matmul(a, b, "exact")) and not calls
+    t = np.array([[2.0 ** 30, 1.0, 2.0 ** -24, -2.0 ** 30]], np.float32)   # 1 + 2^-24: a tie
+    assert f(t, np.ones((4, 1), np.float32))[0, 0] == 1.0 and calls == [1]
+
+
 def _loop_matmul(a, b, order):
     """The spec's loop over k, one NumPy operation (elementwise over outputs) per step, in
     the arrays' dtype."""

@@ -191,8 +191,9 @@ def _matmul(self, prim, a, b):
 
 def _matmul_exact(self, A3, B3, F, G):
     """Float64 BLAS product (float32 products are exact there) and the bound
-    γ_K·‖a_m‖·‖b_n‖ ≥ γ_K·Σ|a_mk·b_kn| (Cauchy-Schwarz) on its error; undecided elements get
-    MPFR's exact sum of their products."""
+    γ_K·‖a_m‖·‖b_n‖ ≥ γ_K·Σ|a_mk·b_kn| (Cauchy-Schwarz) on its error; the elements that bound
+    leaves undecided get a compensated dot product (Dot2) with its own, far smaller bound, and
+    the few still undecided MPFR's exact sum of their products."""
     _exact_needs(F, "matmul")
     K = A3.shape[2]
     A64, B64 = A3.astype(np.float64), B3.astype(np.float64)
@@ -204,13 +205,36 @@ def _matmul_exact(self, A3, B3, F, G):
             s = np.matmul(A64, B64)
         ra = np.sqrt(np.einsum("gmk,gmk->gm", A64, A64))
         cb = np.sqrt(np.einsum("gkn,gkn->gn", B64, B64))
-        err = (exact.gamma(K) * (1 + 4 * exact.gamma(K) + 2.0 ** -48)) * (ra[:, :, None] * cb[:, None, :])
-    s = np.broadcast_to(s, (G,) + s.shape[1:])
-    res, bad = exact.round_or_fail(s, np.broadcast_to(err, s.shape), F)
+    coef = exact.gamma(K) * (1 + 4 * exact.gamma(K) + 2.0 ** -48)
+    if s.shape[0] != G:
+        s = np.ascontiguousarray(np.broadcast_to(s, (G,) + s.shape[1:]))
+    if F.name == "float32":
+        res = np.empty(s.shape, np.float32)
+        bad = np.empty(s.shape, np.bool_)
+        ordered.round_test_f32(s, ra, cb, coef, res, bad)
+    else:
+        with np.errstate(all="ignore"):
+            err = coef * (ra[:, :, None] * cb[:, None, :])
+        res, bad = exact.round_or_fail(s, np.broadcast_to(err, s.shape), F)
     idx = np.nonzero(bad)
     if idx[0].size:
-        ga = idx[0] if A64.shape[0] > 1 else np.zeros_like(idx[0])
-        gb = idx[0] if B64.shape[0] > 1 else np.zeros_like(idx[0])
-        rows = A64[ga, idx[1], :] * B64[gb, :, idx[2]]
-        res[idx] = exact.exact_fallback(list(rows), F)
+        res[idx] = _exact_dots(A3, B3, idx, F)
     return res
+
+
+def _exact_dots(A3, B3, idx, F):
+    """The correctly rounded exact dot products at the output positions ``idx`` (g, m, n) of
+    A3 @ B3 (float32): Dot2 and a rounding test, then MPFR for the elements that test leaves
+    undecided."""
+    g, m, n = idx
+    ga = g if A3.shape[0] > 1 else np.zeros_like(g)
+    gb = g if B3.shape[0] > 1 else np.zeros_like(g)
+    s2, e2 = np.empty(g.size), np.empty(g.size)
+    with np.errstate(all="ignore"):
+        ordered.dot2(A3, B3, ga, gb, m, n, exact.gamma(A3.shape[2]) ** 2, s2, e2)
+    out, bad = exact.round_or_fail(s2, e2, F)
+    j = np.nonzero(bad)[0]
+    if j.size:
+        rows = A3[ga[j], m[j], :].astype(np.float64) * B3[gb[j], :, n[j]].astype(np.float64)
+        out[j] = exact.exact_fallback(list(rows), F)
+    return out
