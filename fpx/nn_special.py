@@ -6,14 +6,24 @@ the kernel's own error is far from a few ulps (near a root, where its sums cance
 ==================  ============================================================================
 ``digamma``         ψ(x) for x > 0 as torch's CPU kernel (ATen ``calc_digamma``, float and
                     double): the recurrence up to x >= 10, then the asymptotic series
+``trigamma``        ψ'(x) as torch's CPU kernel (ATen ``trigamma``): reflection below 0.5, six
+                    recurrence steps, a truncated asymptotic series
+``lgamma``          log|Γ(x)|, the C library's: a composite whose interval rule bounds it on
+                    monotone pieces (not a chain of primitives)
 ==================  ============================================================================
 """
 from __future__ import annotations
 
+import math
+
+import numba
+import numpy as np
+
 from fpx import numpy as fnp
+from fpx.core import Composite, UnsupportedFunctionError
 from fpx.nn import _c
 
-__all__ = ["digamma"]
+__all__ = ["digamma", "trigamma", "lgamma"]
 
 # ATen/native/Math.h, calc_digamma: B_2k / 2k for k = 7..1, highest power first (cephes psi)
 _DIGAMMA_SERIES = (8.33333333333333333333E-2, -2.10927960927960927961E-2,
@@ -68,3 +78,61 @@ def digamma(x):
     for at_least_10, final in zip(reversed(done[:-1]), reversed(finals[:-1])):
         out = fnp.where(at_least_10, final, out)
     return fnp.where(fnp.greater(x0, _c(0, x)), out, _c(float("nan"), x))
+
+
+def trigamma(x):
+    """ψ'(x) = Σ_k 1/(x+k)² as torch's CPU kernel (ATen ``trigamma``, float and double)::
+
+        if x < 0.5:  r = -π²/sin(πx)²;  x = 1 - x          (reflection; the sign flipped last)
+        r += 1/x² six times, x += 1 after each
+        r += (1 + 1/(2x) + z(1/6 - z(1/30 - z/42)))/x,  z = 1/x²
+        return -r if reflected else r
+
+    every step in x's dtype (π rounded to it), so a bound holds the kernel's result: its
+    series' truncation (~1e-8 relative, far more than float64's ulp) and the rounding of π·x,
+    which moves results near the poles x = 0, -1, -2, ... by many ulps. Both branches are
+    computed and the one x < 0.5 selects taken (the other on a benign stand-in)."""
+    pi = _c(math.pi, x)
+    small = fnp.less(x, _c(0.5, x))
+    xr = fnp.where(small, x, _c(0.25, x))                  # the reflection's argument
+    s = fnp.sin(fnp.multiply(pi, xr))
+    r = fnp.where(small, fnp.negative(fnp.divide(fnp.multiply(pi, pi), fnp.multiply(s, s))),
+                  _c(0, x))
+    xk = fnp.where(small, fnp.subtract(_c(1, x), x), x)
+    for _ in range(6):
+        r = fnp.add(r, fnp.divide(_c(1, x), fnp.multiply(xk, xk)))
+        xk = fnp.add(xk, _c(1, x))
+    z = fnp.divide(_c(1, x), fnp.multiply(xk, xk))
+    poly = fnp.multiply(z, fnp.subtract(_c(1 / 6, x), fnp.multiply(z, fnp.subtract(
+        _c(1 / 30, x), fnp.multiply(z, _c(1 / 42, x))))))
+    tail = fnp.add(fnp.add(_c(1, x), fnp.divide(_c(1, x), fnp.multiply(_c(2, x), xk))), poly)
+    r = fnp.add(r, fnp.divide(tail, xk))
+    return fnp.where(small, fnp.negative(r), r)
+
+
+# -- lgamma: the C library's (SLEEF's in torch's vector loops), as a composite ------------------
+@numba.vectorize(["float32(float32)", "float64(float64)"], cache=True)
+def _lgamma_libm(x):
+    return math.lgamma(x)
+
+
+def _lgamma_decomposition(x):
+    raise UnsupportedFunctionError(
+        "fpx: lgamma has no decomposition into fpx primitives (it is the C library's); "
+        "fpx.interval has a rule for it, other transforms do not support it yet")
+
+
+def _lgamma_impl(B):
+    if B.name != "numpy":
+        raise UnsupportedFunctionError(f"fpx: lgamma has no {B.name} implementation")
+
+    def lgamma_(x):
+        with np.errstate(divide="ignore"):              # +inf at the poles, as the C library
+            return _lgamma_libm(x)
+    return lgamma_
+
+
+lgamma = Composite("lgamma", _lgamma_decomposition, _lgamma_impl, doc="""log|Γ(x)| (C
+    library ``lgamma``/``lgammaf``), in x's floating dtype; +inf at 0, -1, -2, ... and ±inf.
+    A composite with an interval rule (monotone pieces, ``fpx.transforms.interval.special``);
+    under transforms without a rule it raises, naming lgamma.""")

@@ -45,6 +45,22 @@ def two(n, scale=1.0):
     return lambda: [gen((64, n), n, scale), gen((64, n), n + 1, scale)]
 
 
+def special(n):
+    """Arguments of lgamma/polygamma: wide random (both signs), near the poles 0, -1, -2, ...
+    (both sides), near lgamma's roots 1 and 2 and ψ's root 1.4616, large, ±0, +inf (-inf, NaN:
+    tests/test_special_functions.py)."""
+    def make():
+        x = gen((64, n), n, 6.0)
+        k = torch.arange(64 * n, dtype=torch.float32).reshape(64, n)
+        near = -(k % 20) + torch.where(k % 2 == 0, 1.0, -1.0) * 2.0 ** -(k % 13 + 2)
+        x[8:16] = near[8:16]
+        x[16:20] = torch.tensor([1.0, 2.0, 1.4616321, 1e3])[:, None] * (1 + 1e-3 * x[16:20])
+        x[20:22] = 10.0 ** (x[20:22].abs() * 6)
+        x[22, :6] = torch.tensor([0.0, -0.0, float("inf"), -6e4, -2.5, -3.0])[:n]
+        return [x]
+    return make
+
+
 def image(n, scale=3.0):
     return lambda: [gen((2, 4, 8, n), n, scale)]
 
@@ -78,7 +94,8 @@ BN_PATHS = ("the model takes the strided kernel's roundings of alpha, beta and x
 # name: (torch function, input maker of n, True or why fpx.stochastic's spread need not hold
 # torch's output)
 ELEMENTWISE = {"add", "mul", "div", "sqrt", "rsqrt", "exp", "log", "tanh", "sin", "sigmoid",
-               "silu", "softplus", "elu", "pow_scalar", "erf", "gelu", "gelu_tanh"}
+               "silu", "softplus", "elu", "pow_scalar", "erf", "gelu", "gelu_tanh",
+               "lgamma", "trigamma"}
 CASES = {
     # elementwise (opmath: computed in float32, rounded once)
     "add": (torch.add, two, True),
@@ -99,6 +116,10 @@ CASES = {
     "erf": (torch.erf, rows, ERF),
     "gelu": (F.gelu, rows, ERF),
     "gelu_tanh": (lambda x: F.gelu(x, approximate="tanh"), rows, TANH_CANCEL),
+    # special functions: lgamma the C library's (no primitive chain: no stochastic rule);
+    # polygamma(1, x) torch's trigamma kernel step by step
+    "lgamma": (torch.lgamma, special, "lgamma is a composite with an interval rule only"),
+    "trigamma": (lambda x: torch.polygamma(1, x), special, True),
     # reductions (float32 accumulation)
     "sum_last": (lambda x: x.sum(-1), rows, True),
     "sum_dim0": (lambda x: x.sum(0), rows, True),

@@ -9,6 +9,7 @@ import numpy as np
 
 import fpx.nn as fnn
 import fpx.numpy as fnp
+import fpx.nn_special as _special
 from fpx.core import concrete
 from fpx.interop.torch.table import (HALF, Lazy, UnmappedOpError, accumulate, cast, compare,
                                      dim_of, dims_of, dtype_of, elementwise, is_arr, is_float,
@@ -85,6 +86,23 @@ def _digamma(ctx, x):
         raise UnmappedOpError(ctx.op, " for arguments <= 0 (torch's reflection formula, "
                                       "pi / tan(pi x) in double, is not modelled)")
     return elementwise(fnn.digamma)(ctx, x)
+
+
+_op("aten.lgamma")(elementwise(_special.lgamma))
+
+
+@_op("aten.polygamma")
+def _polygamma(ctx, n, x):
+    """ψ⁽ⁿ⁾: n = 0 is digamma, n = 1 torch's trigamma kernel step by step
+    (``fpx.nn_special.trigamma``); float16/bfloat16 through float32."""
+    if n == 0:
+        return _digamma(ctx, x)
+    if n == 1:
+        return elementwise(_special.trigamma)(ctx, x)
+    raise UnmappedOpError(ctx.op, f" for n = {n} (torch's n! * zeta(n + 1, x) in double is "
+                                  "not modelled; n = 0 and 1 are)")
+
+
 _op("aten.log10")(elementwise(lambda x: fnp.multiply(fnp.log(x), cast(1 / math.log(10), dtype_of(x)))))
 _op("aten.silu")(elementwise(fnn.silu))
 _op("aten.maximum")(elementwise(fnp.maximum))

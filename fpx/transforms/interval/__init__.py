@@ -22,7 +22,8 @@ Programs" (RENDER, 2025); Rump, "Fast and parallel interval arithmetic" (BIT 199
 *Accuracy and Stability of Numerical Algorithms* (2002); Higham & Mary (2019) for the
 probabilistic bound ``λ·sqrt(n)·u``.
 """
-from fpx.transforms.interval import elementwise, logic, matmul, movement, nn, reductions  # noqa: F401  (register the rules)
+from fpx.transforms.interval import (elementwise, logic, matmul, movement, nn,  # noqa: F401
+                                     reductions, special)  # (register the rules)
 from fpx.transforms.interval.interpreter import IntervalInterpreter, IntervalTracer
 from fpx.transforms.interval.result import Event, Interval
 from fpx.transforms.interval.transform import interval, run_interval

@@ -1,0 +1,154 @@
+"""lgamma and polygamma (n = 1): fpx's bounds against mpmath over random intervals (both signs,
+across poles, around the minima), and against torch's own CPU kernels in every dtype."""
+from __future__ import annotations
+
+import math
+import warnings
+
+import numpy as np
+import pytest
+
+import fpx
+from fpx import nn_special
+
+mpmath = pytest.importorskip("mpmath")
+torch = pytest.importorskip("torch")
+
+mpmath.mp.prec = 120
+warnings.filterwarnings("ignore", category=RuntimeWarning)
+
+
+def lgamma_true(x):
+    if x <= 0 and x == math.floor(x):
+        return math.inf
+    return float(mpmath.log(abs(mpmath.gamma(mpmath.mpf(x)))))
+
+
+def random_intervals(rng, n=300):
+    """Intervals inside one piece (positive, around ψ's roots, negative pieces near and far)
+    and across poles."""
+    out = []
+    for _ in range(n):
+        kind = rng.integers(5)
+        if kind == 0:
+            a = rng.uniform(1e-6, 12)
+        elif kind == 1:
+            a = 1.4616321449683622 - rng.uniform(0, 1e-2)
+        elif kind == 2:
+            a = -rng.integers(0, 45) - rng.uniform(0.01, 0.99)
+        elif kind == 3:
+            a = -rng.integers(45, 2000) - rng.uniform(0.01, 0.99)
+        else:
+            a = -rng.uniform(0, 30)
+        w = 10.0 ** rng.uniform(-8, 0.3)
+        out.append((a, a + w))
+    return np.array(out)
+
+
+def test_lgamma_bound_of_an_interval_holds_mpmath_at_every_point():
+    """Every point of every box (ends, 30 points inside, ψ's root where inside) maps inside
+    the bound; within one piece the bound's lower end is the true minimum to 1e-9 (the
+    minimum inside the box is found, not an end's value)."""
+    rng = np.random.default_rng(0)
+    box = random_intervals(rng)
+    x = fpx.Interval(box[:, 0], box[:, 1], box.mean(1))
+    iv = fpx.interval(nn_special.lgamma)(x)
+    for (a, b), lo, hi in zip(box, iv.lo, iv.hi):
+        pts = np.concatenate([[a, b], np.linspace(a, b, 30)])
+        for r in [1.4616321449683622] + [float(mpmath.findroot(
+                mpmath.digamma, (-k - 1 + 1e-9, -k - 1e-9), solver="anderson"))
+                for k in range(-int(math.floor(a)) - 1, -int(math.floor(a))) if a < 0]:
+            if a <= r <= b:
+                pts = np.append(pts, r)
+        ys = [lgamma_true(p) for p in pts]
+        assert all(lo <= y <= hi for y in ys), (a, b, lo, hi, min(ys), max(ys))
+        if math.floor(a) == math.floor(b) or a > 0:          # no pole inside
+            m = min(ys)
+            assert lo >= m - 1e-9 * max(1.0, abs(m)), (a, b, lo, m)
+
+
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32, torch.float16, torch.bfloat16],
+                         ids=str)
+def test_lgamma_bound_holds_torch_and_the_exact_value(dtype):
+    g = torch.Generator().manual_seed(3)
+    x = torch.cat([torch.randn(2000, generator=g) * 8, torch.rand(500, generator=g) * 1e-3,
+                   -torch.rand(500, generator=g) * 50, 1 + torch.randn(200, generator=g) * 1e-4,
+                   2 + torch.randn(200, generator=g) * 1e-4,
+                   -2.4570247 + torch.randn(200, generator=g) * 1e-5]).to(dtype)
+    iv = fpx.interval(torch.lgamma)(x)
+    assert iv.contains(torch.lgamma(x).double().numpy()).all()
+    exact = np.array([lgamma_true(v) for v in x.double().tolist()])
+    assert iv.contains(exact).all()
+    assert iv.contains(iv.value.double().numpy()).all()
+
+
+def test_lgamma_poles_infinities_and_nan_are_defined():
+    x = torch.tensor([0.0, -0.0, -3.0, float("inf"), -float("inf"), float("nan")])
+    iv = fpx.interval(torch.lgamma)(x)
+    assert (iv.lo[:5] == np.inf).all() and (iv.hi[:5] == np.inf).all()
+    assert np.isnan(iv.lo[5]) and np.isnan(iv.hi[5]) and torch.isnan(torch.lgamma(x)[5])
+    box = fpx.Interval(np.array([-3.5, -0.5]), np.array([-2.5, 0.5]), np.array([-3.0, 0.0]))
+    iv = fpx.interval(nn_special.lgamma)(box)
+    assert (iv.lo == -np.inf).all() and (iv.hi == np.inf).all()   # a pole inside: unbounded
+
+
+def trigamma_true(x):
+    return float(mpmath.psi(1, mpmath.mpf(x)))
+
+
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32, torch.float16, torch.bfloat16],
+                         ids=str)
+def test_trigamma_bound_holds_torch(dtype):
+    """polygamma(1, x) is torch's kernel step by step: the bound holds its output (also near
+    the poles, where π·x's rounding moves it far from ψ'); in float32 away from the poles it
+    holds ψ' too (float64's kernel truncates its series at ~1e-8 relative)."""
+    g = torch.Generator().manual_seed(4)
+    x = torch.cat([torch.randn(2000, generator=g) * 8,
+                   -torch.arange(1.0, 40.0).repeat(5) + torch.randn(195, generator=g) * 1e-3,
+                   torch.rand(300, generator=g) * 1e-3]).to(dtype)
+    iv = fpx.interval(lambda t: torch.polygamma(1, t))(x)
+    assert iv.contains(torch.polygamma(1, x).double().numpy()).all()
+    if dtype == torch.float32:
+        xs = x.double().numpy()
+        far = np.abs(xs - np.round(xs)) > 0.05
+        exact = np.array([trigamma_true(v) for v in xs[far]])
+        assert ((iv.lo[far] <= exact) & (exact <= iv.hi[far])).all()
+
+
+def test_trigamma_of_an_interval_holds_torch_at_its_points():
+    rng = np.random.default_rng(1)
+    box = random_intervals(rng, 200)
+    iv = fpx.interval(nn_special.trigamma)(fpx.Interval(box[:, 0], box[:, 1], box.mean(1)))
+    for (a, b), lo, hi in zip(box, iv.lo, iv.hi):
+        ys = torch.polygamma(1, torch.linspace(a, b, 30, dtype=torch.float64)).numpy()
+        assert ((lo <= ys) & (ys <= hi)).all(), (a, b, lo, hi)
+
+
+def test_trigamma_infinities_and_nan():
+    x = torch.tensor([float("inf"), -float("inf"), float("nan"), 0.0])
+    iv = fpx.interval(lambda t: torch.polygamma(1, t))(x)
+    y = torch.polygamma(1, x)
+    yd = y.double().numpy()
+    assert (iv.lo[[0, 3]] <= yd[[0, 3]]).all() and (yd[[0, 3]] <= iv.hi[[0, 3]]).all()
+    assert np.isnan(iv.lo[1:3]).all() and torch.isnan(y[1:3]).all()
+
+
+def test_polygamma_of_higher_order_raises_naming_it():
+    with pytest.raises(fpx.interop.torch.UnmappedOpError, match="polygamma.*n = 2"):
+        fpx.interval(lambda t: torch.polygamma(2, t))(torch.rand(4) + 1)
+
+
+def test_polygamma_zero_is_digamma():
+    x = torch.rand(50) * 5 + 0.1
+    iv = fpx.interval(lambda t: torch.polygamma(0, t))(x)
+    assert iv.contains(torch.digamma(x).double().numpy()).all()
+
+
+def test_stochastic_runs_trigamma_and_refuses_lgamma_naming_it():
+    x = torch.rand(64) * 5 + 0.1
+    s = fpx.stochastic(lambda t: torch.polygamma(1, t), "sr", samples=8, seed=0)(x)
+    assert s.shape == (8, 64)
+    rel = ((s.double() - torch.polygamma(1, x.double())).abs() / torch.polygamma(1, x.double()))
+    assert float(rel.max()) < 1e-5
+    with pytest.raises(Exception, match="lgamma"):
+        fpx.stochastic(torch.lgamma, "sr", samples=4, seed=0)(x)
