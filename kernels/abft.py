@@ -202,8 +202,8 @@ def row_pass(X, w1, w2, v1, v2, keys, out, ext):
     row max and min written to ``ext`` (2, G, R) (decode with :func:`keys_to_floats`).
 
     Where X's rows are strided and its columns contiguous, :func:`_col_pass` reads it in
-    memory order instead. The rows are split in contiguous ranges over ``numba.get_num_threads()`` threads -- the
-    caller's and a private pool's (a numba ``prange`` team would spin after the pass, taking
+    memory order instead. The rows are split in contiguous ranges over
+    ``numba.get_num_threads()`` threads -- the caller's and a private pool's (a numba ``prange`` team would spin after the pass, taking
     the cores from the BLAS call that follows); every row is one thread's, so the results do
     not depend on the split."""
     args = (X, w1, w2, v1, v2, keys, out, ext)

@@ -4,7 +4,8 @@ threshold (V-ABFT, A-ABFT, rigorous, or the user's), located and corrected (docs
 
 Modules: ``gemm`` (the mixed-precision GEMM model and its primitives, which ``fpx.inject``
 reaches into), ``thresholds`` (V-ABFT Eq. 23, A-ABFT, the rigorous bound, e_max presets),
-``check`` (checksums, verification, location, correction), ``report`` (the records),
+``sums`` (the checksums and statistics: fused numba passes, or the NumPy reference),
+``check`` (verification, location, correction), ``report`` (the records),
 ``interpreter`` (the rules), ``transform`` (``abft``, ``abft.calibrate``).
 
 References: Y. Gao, Q. Hua, Z. Chen, "V-ABFT: Variance-Based Adaptive Threshold for
