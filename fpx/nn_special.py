@@ -21,7 +21,7 @@ import numpy as np
 
 from fpx import numpy as fnp
 from fpx.core import Composite, UnsupportedFunctionError
-from fpx.nn import _c
+from fpx.nn import _c, _dtype
 
 __all__ = ["digamma", "trigamma", "lgamma"]
 
@@ -136,3 +136,50 @@ lgamma = Composite("lgamma", _lgamma_decomposition, _lgamma_impl, doc="""log|Γ(
     library ``lgamma``/``lgammaf``), in x's floating dtype; +inf at 0, -1, -2, ... and ±inf.
     A composite with an interval rule (monotone pieces, ``fpx.transforms.interval.special``);
     under transforms without a rule it raises, naming lgamma.""")
+
+
+# -- polygamma, n >= 2: n! ζ(n+1, x) -----------------------------------------------------------
+def _zeta_decomposition(q, *, s, err):
+    raise UnsupportedFunctionError(
+        "fpx: hurwitz_zeta has no decomposition into fpx primitives; fpx.interval has a rule "
+        "for it, other transforms do not support it yet")
+
+
+def _zeta_impl(B):
+    if B.name != "numpy":
+        raise UnsupportedFunctionError(f"fpx: hurwitz_zeta has no {B.name} implementation")
+    from scipy import special
+
+    def zeta(q, *, s, err):
+        return special.zeta(float(s), q)
+    return zeta
+
+
+hurwitz_zeta = Composite("hurwitz_zeta", _zeta_decomposition, _zeta_impl, doc="""ζ(s, q) =
+    Σ_k (q+k)^-s of float64 q > 0 for an integer s >= 2 (cephes' Euler-Maclaurin sum, as
+    torch's and SciPy's ``zeta``), a kernel whose error is at most ``err = (relative,
+    absolute)``; a composite with an interval rule (decreasing in q), raising under other
+    transforms.""")
+
+#: (relative, absolute) error of torch's cephes ζ per program dtype: double arithmetic
+#: (``acc_type``; <= 8 ulps measured vs mpmath), but a float program's first term ``pow(q, -s)``
+#: is float's (its rounding and underflow: ζ(11, 12742) came out 10 subnormal ulps low), and
+#: float16/bfloat16 programs run the whole sum in float32
+ZETA_ERR = {"float64": (16 * 2.0 ** -53, 2.0 ** -1070), "float32": (2.0 ** -22, 2.0 ** -149),
+            "half": (64 * 2.0 ** -24, 2.0 ** -144)}
+
+
+def polygamma(n, x, *, stored=None):
+    """ψ⁽ⁿ⁾(x) for an integer n >= 2 and x > 0 as torch's CPU kernel (ATen
+    ``calc_polygamma``): ``(-1)^(n+1) · exp(lgamma(n + 1)) · zeta(n + 1, x)`` -- n! by the C
+    library's lgamma and exp in x's dtype, ζ by cephes in double, rounded to x's dtype (to
+    ``stored`` first, in float32: torch's float16/bfloat16 kernel, whose ζ is float32)."""
+    if int(n) != n or n < 2:
+        raise ValueError(f"fpx.nn_special.polygamma: n must be an integer >= 2, got {n}")
+    dt = fnp.float32 if stored is not None else _dtype(x)
+    e = fnp.exp(lgamma(_c(n + 1, x)))
+    key = "half" if stored is not None else np.dtype(_dtype(x)).name
+    z = hurwitz_zeta(fnp.astype(x, fnp.float64), s=int(n) + 1, err=ZETA_ERR[key])
+    z = fnp.astype(fnp.astype(z, dt), stored) if stored is not None else fnp.astype(z, dt)
+    z = fnp.astype(z, _dtype(x))
+    return fnp.multiply(e if n % 2 else fnp.negative(e), z)

@@ -95,7 +95,7 @@ BN_PATHS = ("the model takes the strided kernel's roundings of alpha, beta and x
 # torch's output)
 ELEMENTWISE = {"add", "mul", "div", "sqrt", "rsqrt", "exp", "log", "tanh", "sin", "sigmoid",
                "silu", "softplus", "elu", "pow_scalar", "erf", "gelu", "gelu_tanh",
-               "lgamma", "trigamma"}
+               "lgamma", "trigamma", "polygamma3"}
 CASES = {
     # elementwise (opmath: computed in float32, rounded once)
     "add": (torch.add, two, True),
@@ -120,6 +120,9 @@ CASES = {
     # polygamma(1, x) torch's trigamma kernel step by step
     "lgamma": (torch.lgamma, special, "lgamma is a composite with an interval rule only"),
     "trigamma": (lambda x: torch.polygamma(1, x), special, True),
+    "polygamma3": (lambda x: torch.polygamma(3, x),
+                   lambda n: lambda: [gen((64, n), n).abs() * 4 + 2.0 ** -20],
+                   "polygamma(n >= 2) uses the Hurwitz zeta composite: an interval rule only"),
     # reductions (float32 accumulation)
     "sum_last": (lambda x: x.sum(-1), rows, True),
     "sum_dim0": (lambda x: x.sum(0), rows, True),

@@ -94,13 +94,18 @@ _op("aten.lgamma")(elementwise(_special.lgamma))
 @_op("aten.polygamma")
 def _polygamma(ctx, n, x):
     """ψ⁽ⁿ⁾: n = 0 is digamma, n = 1 torch's trigamma kernel step by step
-    (``fpx.nn_special.trigamma``); float16/bfloat16 through float32."""
+    (``fpx.nn_special.trigamma``), n >= 2 (x > 0) ``fpx.nn_special.polygamma``;
+    float16/bfloat16 through float32."""
     if n == 0:
         return _digamma(ctx, x)
     if n == 1:
         return elementwise(_special.trigamma)(ctx, x)
-    raise UnmappedOpError(ctx.op, f" for n = {n} (torch's n! * zeta(n + 1, x) in double is "
-                                  "not modelled; n = 0 and 1 are)")
+    if bool((concrete(x) <= 0).any()):
+        raise UnmappedOpError(ctx.op, f" for n = {n} and arguments <= 0 (torch's zeta(n + 1, "
+                                      "x) on the negative axis is not modelled)")
+    half = np.dtype(ctx.dtype) in HALF
+    return cast(_special.polygamma(n, cast(x, opmath(ctx.dtype)),
+                                   stored=ctx.dtype if half else None), ctx.dtype)
 
 
 _op("aten.log10")(elementwise(lambda x: fnp.multiply(fnp.log(x), cast(1 / math.log(10), dtype_of(x)))))
