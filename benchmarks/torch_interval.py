@@ -10,6 +10,12 @@ transform; each call reads the parameters afresh and computes value + bounds) ag
 interpreter). Also timed: ``matmul="fast"`` (no exact float64 centre for point operands) and the
 exported graph executed by NumPy alone (the bound's ``value``: the floor under the interval
 transform). Timings are interleaved; medians of the repetitions, the best of the rounds.
+
+``--models``: small real models with random weights -- GPT-2, BERT, Llama and a T5 encoder
+from small transformers configs (2 layers, width 128, sequence 32, batch 2; skipped where
+transformers is not installed), a 2-layer ``nn.LSTM`` (128) and ``nn.GRU`` -- each with the
+interval overhead vs eager, the bound's median width relative to |output|, and
+``fpx.stochastic``'s time per sample vs eager ("sr", 8 samples, serial).
 Prints a final JSON line.
 """
 from __future__ import annotations
@@ -85,8 +91,71 @@ def measure(name, module, x, reps, rounds=3):
                 numpy_graph_overhead=round(tn / te, 3), median_rel_width=rel)
 
 
+def _real_models():
+    """name -> (module, input): small configs of the real models users run."""
+    g = torch.Generator().manual_seed(1)
+    ids = torch.randint(0, 256, (2, 32), generator=g)
+    out = {}
+    try:
+        import transformers as T
+    except ImportError:
+        T = None
+    if T is not None:
+        common = dict(vocab_size=256, max_position_embeddings=64)
+        cfgs = {
+            "gpt2": lambda: T.GPT2Model(T.GPT2Config(
+                n_layer=2, n_head=4, n_embd=128, n_positions=64, vocab_size=256, resid_pdrop=0,
+                embd_pdrop=0, attn_pdrop=0, use_cache=False, bos_token_id=0,
+                eos_token_id=0)),
+            "bert": lambda: T.BertModel(T.BertConfig(
+                hidden_size=128, num_hidden_layers=2, num_attention_heads=4,
+                intermediate_size=512, hidden_dropout_prob=0, attention_probs_dropout_prob=0,
+                **common), add_pooling_layer=False),
+            "llama": lambda: T.LlamaModel(T.LlamaConfig(
+                hidden_size=128, num_hidden_layers=2, num_attention_heads=4,
+                num_key_value_heads=2, intermediate_size=512, use_cache=False, **common)),
+            "t5_encoder": lambda: T.T5EncoderModel(T.T5Config(
+                vocab_size=256, d_model=128, d_kv=32, d_ff=512, num_layers=2, num_heads=4,
+                dropout_rate=0)),
+        }
+        for name, make in cfgs.items():
+            torch.manual_seed(0)
+            m = make().eval()
+            out[name] = ((lambda m: lambda t: m(t).last_hidden_state)(m), ids)
+    x = torch.randn(2, 32, 128, generator=g)
+    for name, cls in (("lstm", nn.LSTM), ("gru", nn.GRU)):
+        torch.manual_seed(0)
+        m = cls(128, 128, num_layers=2, batch_first=True).eval()
+        out[name] = ((lambda m: lambda t: m(t)[0])(m), x)
+    return out
+
+
+def measure_model(name, fn, x, reps, samples=8):
+    """Interval overhead, median relative width and stochastic time per sample, vs eager."""
+    with torch.no_grad():
+        y = fn(x)
+    iv = fpx.interval(fn)(x)
+    st = fpx.stochastic(fn, "sr", samples=samples, seed=0)
+    st(x)                                                  # build the program once
+    with torch.no_grad():
+        te = timeit(lambda: fn(x), reps)
+    ti = timeit(lambda: fpx.interval(fn)(x), reps)
+    ts = timeit(lambda: st(x), max(1, reps // 2)) / samples
+    w, a = np.asarray(iv.width), np.abs(y.double().numpy())
+    nz = a > 0
+    rel = float(np.median(w[nz] / a[nz])) if nz.any() else float("nan")
+    held = bool(iv.contains(y).all())
+    print(f"{name}: eager {te * 1e3:.2f} ms, interval {ti / te:.1f}x, median width/|y| "
+          f"{rel:.3g}, stochastic {ts / te:.1f}x per sample; bound holds the output: {held}")
+    return dict(eager_ms=round(te * 1e3, 3), interval_overhead=round(ti / te, 2),
+                median_rel_width=rel, stochastic_per_sample=round(ts / te, 2), held=held)
+
+
 def main(argv=None):
-    args = parse_args(__doc__, argv)
+    import sys
+    argv = list(sys.argv[1:] if argv is None else argv)
+    models = "--models" in argv
+    args = parse_args(__doc__, [a for a in argv if a != "--models"])
     reps, rounds = (2, 2) if args.quick else (7, 3)
     torch.manual_seed(0)
     g = torch.Generator().manual_seed(0)
@@ -97,11 +166,14 @@ def main(argv=None):
     print(f"torch {torch.__version__}, {torch.get_num_threads()} threads")
     enc = measure("TransformerEncoderLayer 512/8, seq 128, batch 8", tel, x_tel, reps, rounds)
     res = measure("ResNet basic block 64ch 32x32, batch 8", block, x_cnn, reps, rounds)
+    real = ({n: measure_model(n, fn, x, reps) for n, (fn, x) in _real_models().items()}
+            if models else {})
     print(json.dumps({
         "benchmark": "torch_interval", "allocator": allocator(), "torch": torch.__version__,
         "threads": torch.get_num_threads(),
         **{f"encoder_{k}": v for k, v in enc.items()},
         **{f"resblock_{k}": v for k, v in res.items()},
+        **({"models": real} if models else {}),
         "target_overhead": 4.0,
         "pass": bool(enc["overhead"] <= 4 and res["overhead"] <= 4)}))
 
