@@ -3,8 +3,10 @@ downloads); skipped where transformers is not installed. For each: ``fpx.interva
 model's own output and its float64 run; layer-by-layer ``fpx.classify`` says roundoff against
 the float64 copy and bug -- at that layer -- against a copy with one Linear's weight scaled by
 1.01; ``fpx.stochastic`` runs. The classify tests are slow (each exports every layer).
-torchvision and timm: their PyPI wheels do not import beside this torch, so they are not
-tested here."""
+torchvision and timm are not tested here: the torchvision release for torch 2.13 (0.28.0) is on
+PyPI only as a CUDA build whose ``_C.so`` needs ``libtorch_cuda.so``, so beside the CPU torch
+``import torchvision`` fails ("operator torchvision::nms does not exist"), and timm imports
+torchvision."""
 from __future__ import annotations
 
 import copy
