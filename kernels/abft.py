@@ -23,6 +23,7 @@ max and min of order keys).
 from __future__ import annotations
 
 import os
+import threading
 
 import numba
 import numpy as np
@@ -202,10 +203,10 @@ def row_pass(X, w1, w2, v1, v2, keys, out, ext):
     row max and min written to ``ext`` (2, G, R) (decode with :func:`keys_to_floats`).
 
     Where X's rows are strided and its columns contiguous, :func:`_col_pass` reads it in
-    memory order instead. The rows are split in contiguous ranges over
-    ``numba.get_num_threads()`` threads -- the caller's and a private pool's (a numba ``prange`` team would spin after the pass, taking
-    the cores from the BLAS call that follows); every row is one thread's, so the results do
-    not depend on the split."""
+    memory order instead. The rows are split in contiguous ranges, taken in turn by
+    ``numba.get_num_threads()`` threads -- the caller's and a private pool's (a numba
+    ``prange`` team would spin after the pass, taking the cores from the BLAS call that
+    follows); every row is one thread's, so the results do not depend on the split."""
     args = (X, w1, w2, v1, v2, keys, out, ext)
     kernel = _col_pass if X.shape[2] > 1 and abs(X.strides[1]) < abs(X.strides[2]) \
         else _row_pass
@@ -214,9 +215,19 @@ def row_pass(X, w1, w2, v1, v2, keys, out, ext):
     if n <= 1:
         kernel(*args, 0, jobs)
         return
-    cuts = [jobs * t // n for t in range(n + 1)]
-    futures = [_pool(n - 1).submit(kernel, *args, cuts[t], cuts[t + 1]) for t in range(1, n)]
-    kernel(*args, cuts[0], cuts[1])
+    parts = min(jobs, 4 * n)             # pulled from a shared counter: a thread slowed by
+    cuts = [jobs * t // parts for t in range(parts + 1)]       # another job takes fewer
+    order, lock = iter(range(parts)), threading.Lock()
+
+    def work():
+        while True:
+            with lock:
+                t = next(order, None)
+            if t is None:
+                return
+            kernel(*args, cuts[t], cuts[t + 1])
+    futures = [_pool(n - 1).submit(work) for _ in range(n - 1)]
+    work()
     for f in futures:
         f.result()
 
