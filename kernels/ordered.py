@@ -34,7 +34,7 @@ __all__ = ["matmul", "reduce", "run", "make_matmul", "sequential_tile", "element
 
 _opts = dict(nogil=True, error_model="numpy", fastmath=False)
 _LEVELS = 64
-ROWS = 16          # rows of A per tile: a row of B, loaded once, serves ROWS rows
+ROWS = 64          # rows of A per tile: a row of B, loaded once, serves ROWS rows
 COLS = 128         # output columns per tile (a multiple of every SIMD width)
 _VEC = 128          # bytes per _axpy_rn call: two 512-bit vectors
 
@@ -42,25 +42,27 @@ _VEC = 128          # bytes per _axpy_rn call: two 512-bit vectors
 # ---------------------------------------------------------------------------------------------
 # the skeleton: tiles of the output, each a set of ordered dot products
 # ---------------------------------------------------------------------------------------------
-def make_matmul(tile, key_of, parallel=True):
+def make_matmul(tile, key_of, parallel=True, rows=ROWS, cols=COLS):
     """``kernel(A, B, keys, op, sm, sn, out)``: ``out[s, g, m, n] = Σ_k A[s, g, m, k]·B[s, g,
     k, n]``, each output tile computed by ``tile``. A is (SA, GA, M, K), B (SB, GB, K, N), out
     (S, G, M, N); a leading dimension of 1 broadcasts. ``key_of(keys, s, op)``: the tile's
     random key for sample s; ``tile`` gets it with the position of term k of out[s, g, m, n]
-    in the random stream, ``g·M·N·K + m·sm + n·sn + k`` (unused by round to nearest)."""
+    in the random stream, ``g·M·N·K + m·sm + n·sn + k`` (unused by round to nearest).
+    Tiles: ``rows`` x ``cols`` outputs."""
+    TR, TC = rows, cols
     def kernel(A, B, keys, op, sm, sn, out):
         S, G, M, N = out.shape
         K = A.shape[3]
-        nr = (M + ROWS - 1) // ROWS
-        nc = (N + COLS - 1) // COLS
+        nr = (M + TR - 1) // TR
+        nc = (N + TC - 1) // TC
         for job in prange(S * G * nc * nr):
             sg = job // (nc * nr)
             s = sg // G
             g = sg % G
-            n0 = ((job // nr) % nc) * COLS
-            m0 = (job % nr) * ROWS
-            rows = min(M - m0, ROWS)
-            cols = min(N - n0, COLS)
+            n0 = ((job // nr) % nc) * TC
+            m0 = (job % nr) * TR
+            rows = min(M - m0, TR)
+            cols = min(N - n0, TC)
             if K == 0:
                 for r in range(rows):
                     for c in range(cols):
@@ -68,7 +70,7 @@ def make_matmul(tile, key_of, parallel=True):
                 continue
             a = A[s if A.shape[0] > 1 else 0, g if A.shape[1] > 1 else 0]
             b = B[s if B.shape[0] > 1 else 0, g if B.shape[1] > 1 else 0]
-            acc = np.empty((ROWS, COLS), out.dtype)
+            acc = np.empty((TR, TC), out.dtype)
             tile(a, b, key_of(keys, s, op), m0, rows, n0, cols,
                  g * M * N * K, sm, sn, acc)
             for r in range(rows):
@@ -88,7 +90,7 @@ def sequential_tile(row):
     position ``base + (n0 + c)·sn`` of the random stream; ``flag``: COLS booleans of scratch)."""
     @numba.njit(inline="always")
     def tile(a, b, key, m0, rows, n0, cols, base0, sm, sn, acc):
-        flag = np.zeros(COLS, np.bool_)
+        flag = np.zeros(acc.shape[1], np.bool_)
         for k in range(a.shape[1]):
             for r in range(rows):
                 row(acc, r, b, k, n0, cols, a[m0 + r, k], key, base0 + (m0 + r) * sm + k, sn,
@@ -174,74 +176,172 @@ def _axpy_rn(typingctx, acc, r, c, b, k, n, a):
     return types.void(acc, types.intp, types.intp, b, types.intp, types.intp, a), codegen
 
 
+_BR, _BV = 4, 4   # a register block: 4 rows x 4 vectors of running sums held in registers
+_KC = 128          # terms per pass over a register block (the running sums go to L1 between)
+
+
+@intrinsic
+def _rn_block(typingctx, acc, r0, c0, a, m0, b, n0, k0, k1):
+    """``acc[r0:r0+4, c0:c0+4W] += a[m0+r0:m0+r0+4, k]·b[k, n0+c0:n0+c0+4W]`` for k = k0,
+    k0+1, ..., k1-1 in order, each product and sum rounded (plain ``fmul``/``fadd``), the sixteen
+    running-sum vectors in registers across the loop over k (W lanes = 64 bytes; acc and b
+    C-contiguous, a read through its strides)."""
+    if not (isinstance(acc, types.Array) and isinstance(b, types.Array)
+            and isinstance(a, types.Array) and acc.ndim == b.ndim == a.ndim == 2
+            and acc.layout == "C" and b.layout == "C" and acc.dtype == b.dtype == a.dtype
+            and a.dtype in (types.float32, types.float64)):
+        raise TypingError(f"_rn_block: needs 2-D arrays of one float dtype, got {acc}, {a}, {b}")
+    size = 4 if a.dtype == types.float32 else 8
+    W = 64 // size
+
+    def codegen(context, builder, sig, args):
+        accv, r0v, c0v, av, m0v, bv, n0v, k0v, k1v = args
+        fty = context.get_value_type(a.dtype)
+        vty = ir.VectorType(fty, W)
+        i8p = ir.IntType(8).as_pointer()
+        A_, Aa, Bb = [context.make_array(t)(context, builder, v)
+                      for t, v in ((sig.args[0], accv), (sig.args[3], av), (sig.args[5], bv))]
+        intp = r0v.type
+
+        def c(x):
+            return ir.Constant(intp, x)
+
+        def st(arr, d):
+            return builder.extract_value(arr.strides, d)
+
+        def at(base, off, ty):
+            return builder.bitcast(builder.gep(base, [off]), ty.as_pointer())
+
+        def start(arr, i, j):       # i8* to arr[i, j] through the strides
+            off = builder.add(builder.mul(i, st(arr, 0)), builder.mul(j, st(arr, 1)))
+            return builder.gep(builder.bitcast(arr.data, i8p), [off])
+        pacc = [start(A_, builder.add(r0v, c(i)), c0v) for i in range(_BR)]
+        init = [[builder.load(at(pacc[i], c(64 * v), vty), align=size) for v in range(_BV)]
+                for i in range(_BR)]
+        a0 = start(Aa, builder.add(m0v, r0v), k0v)
+        b0 = start(Bb, k0v, builder.add(n0v, c0v))
+        arow, ak, bk = st(Aa, 0), st(Aa, 1), st(Bb, 0)
+        pre = builder.block
+        loop = builder.append_basic_block("rn_block.loop")
+        done = builder.append_basic_block("rn_block.done")
+        builder.cbranch(builder.icmp_signed(">", k1v, k0v), loop, done)
+        builder.position_at_end(loop)
+        k = builder.phi(intp)
+        pa = builder.phi(i8p)
+        pb = builder.phi(i8p)
+        sums = [[builder.phi(vty) for _ in range(_BV)] for _ in range(_BR)]
+        bvec = [builder.load(at(pb, c(64 * v), vty), align=size) for v in range(_BV)]
+        mask = ir.Constant(ir.VectorType(ir.IntType(32), W), [0] * W)
+        new = []
+        for i in range(_BR):
+            ai = builder.load(at(pa, builder.mul(c(i), arow), fty))
+            one = builder.insert_element(ir.Constant(vty, ir.Undefined), ai,
+                                         ir.Constant(ir.IntType(32), 0))
+            splat = builder.shuffle_vector(one, one, mask)
+            new.append([builder.fadd(sums[i][v], builder.fmul(splat, bvec[v]))
+                        for v in range(_BV)])
+        k1 = builder.add(k, c(1))
+        for phi, first, nxt in ([(k, k0v, k1), (pa, a0, builder.gep(pa, [ak])),
+                                 (pb, b0, builder.gep(pb, [bk]))]
+                                + [(sums[i][v], init[i][v], new[i][v])
+                                   for i in range(_BR) for v in range(_BV)]):
+            phi.add_incoming(first, pre)
+            phi.add_incoming(nxt, loop)
+        builder.cbranch(builder.icmp_signed("<", k1, k1v), loop, done)
+        builder.position_at_end(done)
+        fins = [[builder.phi(vty) for _ in range(_BV)] for _ in range(_BR)]   # phis first
+        for i in range(_BR):
+            for v in range(_BV):
+                fins[i][v].add_incoming(init[i][v], pre)
+                fins[i][v].add_incoming(new[i][v], loop)
+                builder.store(fins[i][v], at(pacc[i], c(64 * v), vty), align=size)
+        return context.get_dummy_value()
+    return types.void(acc, types.intp, types.intp, a, types.intp, b, types.intp, types.intp,
+                      types.intp), codegen
+
+
 @numba.njit(inline="always")
-def _rn_row(acc, r, b, k, n0, cols, ak, key, base, sn, flag):
-    """Round-to-nearest step ``s = s + a·b`` (the sums start at -0, which adds exactly:
-    ``-0 + t = t`` for every t, signed zeros included, so term 0 is ``s = t0``)."""
+def _rn_cols(acc, r, b, k, n0, lo, hi, ak):
+    """``acc[r, c] = acc[r, c] + ak·b[k, n0 + c]`` for lo <= c < hi, each op rounded."""
     W = _VEC // acc.itemsize
-    c = 0
-    while c + W <= cols:
+    c = lo
+    while c + W <= hi:
         _axpy_rn(acc, r, c, b, k, n0 + c, ak)
         c += W
     ar = acc[r]
     bk = b[k]
-    for j in range(c, cols):
+    for j in range(c, hi):
         p = ak * bk[n0 + j]
         ar[j] = ar[j] + p
 
 
-_rn_seq = sequential_tile(_rn_row)
-
-
 @numba.njit(inline="always")
 def _rn_tile(a, b, key, m0, rows, n0, cols, base0, sm, sn, acc):
+    """Round to nearest, ``s = s + a·b`` per step: the sums start at -0, which adds exactly
+    (``-0 + t = t`` for every t, signed zeros included), so term 0 is ``s = t0``. Blocks of
+    4 rows x 256 bytes in registers; the tile's edges row by row."""
     acc[:] = -0.0
-    _rn_seq(a, b, key, m0, rows, n0, cols, base0, sm, sn, acc)
+    WB = 64 * _BV // acc.itemsize
+    r4 = rows - rows % _BR
+    cw = cols - cols % WB
+    K = a.shape[1]
+    for k0 in range(0, K, _KC):          # B's strip of _KC rows stays in L1 for every row block
+        for c0 in range(0, cw, WB):
+            for r0 in range(0, r4, _BR):
+                _rn_block(acc, r0, c0, a, m0, b, n0, k0, min(k0 + _KC, K))
+    if r4 < rows or cw < cols:
+        for k in range(a.shape[1]):
+            for r in range(rows):
+                _rn_cols(acc, r, b, k, n0, 0 if r >= r4 else cw, cols, a[m0 + r, k])
 
 
 @numba.njit(inline="always")
 def _pairwise_tile(a, b, key, m0, rows, n0, cols, base0, sm, sn, acc):
-    """The pairwise tree for a tile: the stack of completed blocks (2^j terms each) of every
-    element, a new block merged with its left neighbour while they have the same size."""
+    """The pairwise tree for a tile, _BR rows at a time: the stack of completed blocks (2^j
+    terms each) of every element, a new block merged with its left neighbour while they have
+    the same size; the remaining blocks added right to left."""
     K = a.shape[1]
     levels = 2
     while (1 << (levels - 1)) <= K:
         levels += 1
-    stack = np.empty((levels, ROWS, COLS), acc.dtype)
+    stack = np.empty((levels, _BR, acc.shape[1]), acc.dtype)
     sizes = np.empty(levels, np.int64)
-    top = 0
-    for k in range(K):
-        bk = b[k]
-        cur = stack[top]
-        for r in range(rows):
-            ak = a[m0 + r, k]
-            cr = cur[r]
-            for c in range(cols):
-                cr[c] = ak * bk[n0 + c]
-        size = 1
-        while top > 0 and sizes[top - 1] == size:
-            prev = stack[top - 1]
-            for r in range(rows):
-                pr, cr = prev[r], cur[r]
+    for r0 in range(0, rows, _BR):
+        nr = min(rows - r0, _BR)
+        top = 0
+        for k in range(K):
+            bk = b[k]
+            cur = stack[top]
+            for r in range(nr):
+                ak = a[m0 + r0 + r, k]
+                cr = cur[r]
                 for c in range(cols):
-                    pr[c] = pr[c] + cr[c]
-            cur = prev
-            size *= 2
-            top -= 1
-        sizes[top] = size
-        top += 1
-    for r in range(rows):
-        ar = acc[r]
-        for c in range(cols):
-            ar[c] = stack[top - 1, r, c]
-        for j in range(top - 2, -1, -1):
-            sj = stack[j, r]
+                    cr[c] = ak * bk[n0 + c]
+            size = 1
+            while top > 0 and sizes[top - 1] == size:
+                prev = stack[top - 1]
+                for r in range(nr):
+                    pr, cr = prev[r], cur[r]
+                    for c in range(cols):
+                        pr[c] = pr[c] + cr[c]
+                cur = prev
+                size *= 2
+                top -= 1
+            sizes[top] = size
+            top += 1
+        for r in range(nr):
+            ar = acc[r0 + r]
             for c in range(cols):
-                ar[c] = sj[c] + ar[c]
+                ar[c] = stack[top - 1, r, c]
+            for j in range(top - 2, -1, -1):
+                sj = stack[j, r]
+                for c in range(cols):
+                    ar[c] = sj[c] + ar[c]
 
 
-_MATMUL = {(o, p): make_matmul(t, _no_key, p)
-           for o, t in ((0, _rn_tile), (1, _pairwise_tile)) for p in (True, False)}
+_MATMUL = {(o, p): make_matmul(t, _no_key, p, *shape)
+           for o, t, shape in ((0, _rn_tile, (ROWS, COLS)), (1, _pairwise_tile, (_BR, 256)))
+           for p in (True, False)}
 _NOKEYS = np.zeros(1, np.uint64)
 
 

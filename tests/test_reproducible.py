@@ -198,11 +198,11 @@ def _loop_matmul(a, b, order):
 
 @pytest.mark.parametrize("dt", [np.float32, np.float64])
 def test_ordered_kernel_is_a_plain_loop_for_any_tiling_layout_and_threads(dt):
-    """Shapes across the tile edges (ordered.ROWS x ordered.COLS) and the vector width; the
-    same bits from a plain loop, from sub-blocks at odd offsets (other tile boundaries), for
+    """Shapes across the tile edges (ordered.ROWS x ordered.COLS), the register blocks, the
+    chunks of terms (ordered._KC) and the vector width; the same bits from the spec's loop, from sub-blocks at odd offsets (other tile boundaries), for
     A in F order, from the serial and threaded builds, and on one thread."""
-    R, C = ordered.ROWS, ordered.COLS
-    a, b = data((R + 3, 37), 1, dt), data((37, C + 21), 2, dt)
+    R, C, K = ordered.ROWS, ordered.COLS, ordered._KC + 37
+    a, b = data((R + 3, K), 1, dt), data((K, C + 21), 2, dt)
     b[3, 5], a[2, 0] = -0.0, np.float32(2.0 ** -140)      # a signed zero, a subnormal
     for order in (0, 1):
         want = _loop_matmul(a, b, order)
