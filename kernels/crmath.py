@@ -1,27 +1,32 @@
 """Correctly rounded elementwise math for float32, float16 and bfloat16 results: a float64
 evaluation, a rounding test against the result format's own rounding boundaries, and MPFR
-(gmpy2) for the rare elements that fail it (docs/reproducible.md, "Elementwise operations").
+(gmpy2) for the rare elements that fail it (docs/reproducible.md, "Elementwise operations");
+float64 results are :mod:`fpx.kernels.crmath64`'s.
 
-``cr_apply(name, x)`` returns ``f(x)`` correctly rounded (IEEE round-to-nearest-even) in
-``x``'s format, for every element of ``x``:
+``cr_apply(name, x, F)`` returns ``f(x)`` correctly rounded (IEEE round-to-nearest-even) in
+format F, for every element of ``x``:
 
-1. *Fast path.* ``x`` is converted exactly to float64 and ``y = f(x)`` is evaluated there
-   with the platform's float64 libm (numba calls it; glibc documents at most a few float64
-   ulps, so far under the ``2^-45`` relative error this module assumes). The true value lies
-   in ``y·(1 ± 2^-44)`` (the extra factor two covers the rounding of the interval's ends).
+1. *Fast path.* ``x`` is converted exactly to float64 and ``y = f(x)`` is evaluated there by
+   an *evaluator* ``ev(x, z)``: the platform's float64 libm (glibc documents at most a few
+   float64 ulps, far under the ``2^-45`` relative error this module assumes), or for exp
+   fpx's own branch-free evaluation (relative error below ``2^-47``), which vectorizes.
+   The true value lies in ``y·(1 ± 2^-44)`` (the extra factor two covers the rounding of the
+   interval's ends).
 2. *Rounding test.* If both ends of that interval round to the same bit pattern in the
    result format, so does every point between them (rounding is monotone): that pattern is
-   the correctly rounded result. For float32 the test is the float64 -> float32 conversion
-   (itself correctly rounded) inside the numba loop; for float16/bfloat16 it is
-   :func:`fpx.formats.round` on both ends -- never a float64 -> float32 -> narrow chain, which
-   would round twice.
+   the correctly rounded result. One kernel skeleton (:func:`_make_kernels`) fuses
+   evaluation, test and the float32 store in one pass over blocks of the input and lists
+   the few undecided indices; for float16/bfloat16 the test is :func:`fpx.formats.round`
+   on both ends -- never a float64 -> float32 -> narrow chain, which would round twice.
 3. *Slow path.* Elements that fail (about one in 10^5) are evaluated with MPFR in the result
    format's own precision and exponent range (subnormals included): MPFR rounds correctly by
    construction. ``sigmoid`` is not an MPFR function: it is bracketed with directed roundings
    at a working precision that doubles until both ends round alike (a Ziv loop).
 
-NaN results are the format's canonical quiet NaN. Special values (±0, ±inf, NaN) are those of
-C99 Annex F, which the float64 libm gives exactly and the test passes unchanged.
+``rsqrt`` is ``1/sqrt(x)`` rounded once (MPFR's ``rec_sqrt``; ``rsqrt(±0) = ±inf`` as
+``1/sqrt(±0)``). NaN results are the format's canonical quiet NaN. Special values (±0, ±inf,
+NaN) are those of C99 Annex F, which the float64 libm gives exactly and the test passes
+unchanged.
 """
 from __future__ import annotations
 
@@ -46,85 +51,29 @@ def _exp2(x):
     return math.exp2(x)
 
 
-#: name -> the float64 evaluator (a numba scalar function)
-_F64 = {
-    "exp": math.exp, "expm1": math.expm1, "exp2": _exp2, "log": math.log,
-    "log1p": math.log1p, "log2": math.log2, "sin": math.sin, "cos": math.cos,
-    "tan": math.tan, "tanh": math.tanh, "sinh": math.sinh, "cosh": math.cosh,
-    "atan": math.atan, "erf": math.erf, "sigmoid": _sigmoid,
-}
-#: name -> the float64 evaluator of a function of two arguments (glibc: pow and atan2 are
-#: within one float64 ulp)
-_F64_2 = {"pow": math.pow, "atan2": math.atan2}
-FUNCTIONS = tuple(_F64)
-FUNCTIONS2 = tuple(_F64_2)
-_NAN32 = np.float32(np.nan)          # 0x7fc00000
+def _lift(f, arity):
+    """The evaluator ``ev(x, z)`` of the kernel skeleton for a float64 libm function."""
+    if arity == 1:
+        @numba.njit(inline="always")
+        def ev1(x, z):
+            return f(x)
+        return ev1
+
+    @numba.njit(inline="always")
+    def ev2(x, z):
+        return f(x, z)
+    return ev2
 
 
 @numba.njit(inline="always")
-def _round32(y, out, i, bad, nb):
-    """Store float32(y) at out[i] if the interval y·(1 ± REL) rounds to one float32, else
-    record i in ``bad``; returns the new count of failures."""
-    if y != y:
-        out[i] = _NAN32
-        return nb
-    if not math.isfinite(y):
-        out[i] = np.float32(y)
-        return nb
-    e = abs(y) * REL
-    lo = np.float32(y - e)
-    hi = np.float32(y + e)
-    out[i] = lo
-    if lo.view(np.int32) != hi.view(np.int32):
-        bad[nb] = i
-        nb += 1
-    return nb
-
-
-def _make_kernels(f64, arity):
-    if arity == 1:
-        @numba.njit(nogil=True, error_model="numpy")
-        def f32_kernel(x, out, bad):
-            """float32 results: fast path and test fused; indices of failures into ``bad``."""
-            nb = 0
-            for i in range(x.size):
-                nb = _round32(f64(np.float64(x[i])), out, i, bad, nb)
-            return nb
-
-        @numba.njit(nogil=True, error_model="numpy")
-        def f64_kernel(x, out):
-            """float64 values (for narrow result formats, tested by the caller)."""
-            for i in range(x.size):
-                out[i] = f64(np.float64(x[i]))
-        return f32_kernel, f64_kernel
-
-    @numba.njit(nogil=True, error_model="numpy")
-    def f32_kernel2(x, z, out, bad):
-        nb = 0
-        for i in range(x.size):
-            nb = _round32(f64(np.float64(x[i]), np.float64(z[i])), out, i, bad, nb)
-        return nb
-
-    @numba.njit(nogil=True, error_model="numpy")
-    def f64_kernel2(x, z, out):
-        for i in range(x.size):
-            out[i] = f64(np.float64(x[i]), np.float64(z[i]))
-    return f32_kernel2, f64_kernel2
-
-
-_KERNELS: dict = {}
-
-
-def _kernels(name):
-    k = _KERNELS.get(name)
-    if k is None:
-        k = _KERNELS[name] = (_make_kernels(_F64[name], 1) if name in _F64
-                              else _make_kernels(_F64_2[name], 2))
-    return k
+def _rsqrt(x):
+    """1/sqrt(x): two float64 roundings, relative error below 2^-52 (sqrt(±0) = ±0, so
+    rsqrt(±0) = ±inf)."""
+    return 1.0 / math.sqrt(x)
 
 
 # ---------------------------------------------------------------------------------------------
-# exp of float32: the fast path without a libm call, vectorized (SIMD) and threaded
+# exp without a libm call: the float64 evaluator of float32 exp, vectorized (SIMD)
 # ---------------------------------------------------------------------------------------------
 _LN2_HI = 6.93147180369123816490e-01 / 32  # ln2/32 to 32 bits (fdlibm's ln2 hi): k·_LN2_HI exact
 _LN2_LO = 1.90821492927058770002e-10 / 32  # ln2/32 - _LN2_HI to float64
@@ -135,60 +84,97 @@ _EXP2_TABLE = np.array([2.0 ** (j / 32) for j in range(32)])
 _C2, _C3, _C4, _C5 = 1 / 2, 1 / 6, 1 / 24, 1 / 120
 
 
-_CHUNK = 4096
+@numba.njit(inline="always")
+def _exp_fast(xd, zd):
+    """exp(xd) for xd a float32 value: xd clamped to [-200, 200] (exp(±200) round to inf and
+    +0 in float32, float16 and bfloat16 as the true values beyond do); xd = (32m + j)·ln2/32
+    + r with |r| <= ln2/64 + 2^-40 (k·_LN2_HI and xd - k·_LN2_HI exact for |k| < 2^14);
+    exp(xd) = 2^m·2^(j/32)·exp(r), exp(r) by its Taylor polynomial of degree 5 (remainder
+    below 2^-48.7 relative), the table entry within 2^-53, the rest rounded a few times:
+    relative error below 2^-47. No branches and no calls, so the skeleton's loop vectorizes."""
+    xc = -200.0 if xd < -200.0 else (200.0 if xd > 200.0 else xd)
+    xc = xc if xc == xc else 0.0
+    kf = (xc * _INV_LN2 + _MAGIC) - _MAGIC
+    r = (xc - kf * _LN2_HI) - kf * _LN2_LO
+    p = ((((_C5 * r + _C4) * r + _C3) * r + _C2) * r + 1.0) * r + 1.0
+    k = np.int64(kf)
+    scale = np.int64(((k >> 5) + 1023) << 52).view(np.float64)
+    y = (_EXP2_TABLE[k & 31] * p) * scale
+    return y if xd == xd else xd
 
 
-@numba.njit(parallel=True, nogil=True, error_model="numpy", fastmath=False)
-def _exp32(x, out, bad, counts):
-    """exp of float32 ``x``: x clamped to [-200, 200] (exp(±200) round to inf and +0 in
-    float32 as the true values beyond do); x = (32m + j)·ln2/32 + r with |r| <= ln2/64 +
-    2^-40 (k·_LN2_HI and x - k·_LN2_HI exact for |k| < 2^14); exp(x) = 2^m·2^(j/32)·exp(r),
-    exp(r) by its Taylor polynomial of degree 5 (remainder below 2^-48.7 relative), the table
-    entry within 2^-53, the rest rounded a few times: relative error below 2^-47, inside
-    the REL interval; then :func:`_round32`'s float32 rounding test. Chunks of _CHUNK
-    elements run in parallel (every element is independent: the bits do not depend on the
-    threads); chunk c lists its undecided indices in ``bad[c·_CHUNK:]``, their number in
-    ``counts[c]``."""
-    n = x.size
-    tab = _EXP2_TABLE
-    for ch in numba.prange((n + _CHUNK - 1) // _CHUNK):
-        start = ch * _CHUNK
-        stop = min(n, start + _CHUNK)
-        flags = np.empty(stop - start, np.uint8)
-        for i in range(start, stop):            # vectorized: no branches, no calls
-            xd = np.float64(x[i])
-            xc = -200.0 if xd < -200.0 else (200.0 if xd > 200.0 else xd)
-            xc = xc if xc == xc else 0.0
-            kf = (xc * _INV_LN2 + _MAGIC) - _MAGIC
-            r = (xc - kf * _LN2_HI) - kf * _LN2_LO
-            p = ((((_C5 * r + _C4) * r + _C3) * r + _C2) * r + 1.0) * r + 1.0
-            k = np.int64(kf)
-            scale = np.int64(((k >> 5) + 1023) << 52).view(np.float64)
-            y = (tab[k & 31] * p) * scale
-            e = y * REL
+#: name -> the float64 evaluator ``ev(x, z)`` (an inlined numba function; z is the second
+#: argument of pow and atan2, ignored by the others); glibc documents at most a few float64
+#: ulps for each libm function used (pow and atan2: within one)
+_EV = {"exp": _exp_fast, "rsqrt": _lift(_rsqrt, 1), "sigmoid": _lift(_sigmoid, 1),
+       "exp2": _lift(_exp2, 1)}
+_EV.update({n: _lift(getattr(math, n), 1) for n in (
+    "expm1", "log", "log1p", "log2", "sin", "cos", "tan", "tanh", "sinh", "cosh", "atan",
+    "erf")})
+_EV.update({n: _lift(getattr(math, n), 2) for n in ("pow", "atan2")})
+FUNCTIONS = ("exp", "expm1", "exp2", "log", "log1p", "log2", "sin", "cos", "tan", "tanh",
+             "sinh", "cosh", "atan", "erf", "sigmoid", "rsqrt")
+FUNCTIONS2 = ("pow", "atan2")
+_NAN32 = np.float32(np.nan)          # 0x7fc00000
+#: the bits a kernel stores for an undecided element: a NaN with a payload, never a result
+#: (NaN results are canonical)
+UNDECIDED32 = np.uint32(0x7FC0DEAD)
+
+
+# ---------------------------------------------------------------------------------------------
+# The kernel skeleton: evaluation, rounding test and store in one vectorizable pass
+# ---------------------------------------------------------------------------------------------
+@numba.njit(nogil=True)
+def undecided(bits, mark, count):
+    """The indices of the ``count`` elements of ``bits`` equal to ``mark`` (a sequential
+    scan that stops at the last one)."""
+    idx = np.empty(count, np.int64)
+    k = 0
+    for i in range(bits.size):
+        if k == count:
+            break
+        if bits[i] == mark:
+            idx[k] = i
+            k += 1
+    return idx
+
+
+def _make_kernels(ev):
+    """The float32 kernel and the float64-values kernel of evaluator ``ev``."""
+    @numba.njit(nogil=True, error_model="numpy")
+    def f32_kernel(x, z, bits):
+        """float32 results of ``ev`` at (x, z) as bits into ``bits``: float32(y) where the
+        interval y·(1 ± REL) rounds to one float32 (then every point of it does: rounding is
+        monotone), UNDECIDED32 elsewhere; returns the number of undecided elements."""
+        c = 0
+        for i in range(x.size):
+            y = ev(np.float64(x[i]), np.float64(z[i]))
+            e = abs(y) * REL
+            e = e if e < np.inf else 0.0
             lo = np.float32(y - e)
             hi = np.float32(y + e)
-            nan = xd != xd
-            out[i] = _NAN32 if nan else lo
-            flags[i - start] = 0 if nan else (1 if lo != hi else 0)
-        nb = 0
-        for i in range(start, stop):
-            if flags[i - start]:
-                bad[start + nb] = i
-                nb += 1
-        counts[ch] = nb
+            fail = (lo != hi) & (y == y)
+            v = np.float32(lo).view(np.uint32) if y == y else np.float32(_NAN32).view(np.uint32)
+            bits[i] = UNDECIDED32 if fail else v
+            c += fail
+        return c
+
+    @numba.njit(nogil=True, error_model="numpy")
+    def f64_kernel(x, z, out):
+        """float64 values of ``ev`` (for narrow result formats, tested by the caller)."""
+        for i in range(x.size):
+            out[i] = ev(np.float64(x[i]), np.float64(z[i]))
+    return f32_kernel, f64_kernel
 
 
-def _exp32_apply(flat):
-    """(exp(flat) in float32 where decided, the indices of the undecided elements)."""
-    out = np.empty(flat.size, np.float32)
-    bad = np.empty(flat.size, np.int64)
-    counts = np.empty(-(-flat.size // _CHUNK), np.int64)
-    _exp32(flat, out, bad, counts)
-    chunks = np.flatnonzero(counts)
-    idx = np.concatenate([bad[c * _CHUNK:c * _CHUNK + counts[c]] for c in chunks]) \
-        if chunks.size else np.empty(0, np.int64)
-    return out, idx
+_KERNELS: dict = {}
+
+
+def _kernels(name):
+    k = _KERNELS.get(name)
+    if k is None:
+        k = _KERNELS[name] = _make_kernels(_EV[name])
+    return k
 
 
 # ---------------------------------------------------------------------------------------------
@@ -222,6 +208,9 @@ def _sigmoid_mpfr(x, target, gmpy2):
     raise ArithmeticError(f"fpx: sigmoid({x}) did not round at 65536 bits")  # pragma: no cover
 
 
+_MPFR_NAME = {"rsqrt": "rec_sqrt"}
+
+
 def mpfr_eval(name, xs, F, zs=None):
     """``name(x)`` (or ``name(x, z)`` for pow and atan2, ``zs`` the second arguments)
     correctly rounded into format F for each float in ``xs`` (a list of Python floats), with
@@ -237,9 +226,11 @@ def mpfr_eval(name, xs, F, zs=None):
             zm = gmpy2.mpfr(zs[i], 64)
             with gmpy2.context(ctx):
                 r = gmpy2.atan2(xm, zm) if name == "atan2" else xm ** zm
+        elif name == "rsqrt" and x == 0:
+            r = math.copysign(math.inf, x)     # 1/sqrt(±0) = ±inf (MPFR's rec_sqrt: +inf)
         else:
             with gmpy2.context(ctx):
-                r = getattr(gmpy2, name)(xm)
+                r = getattr(gmpy2, _MPFR_NAME.get(name, name))(xm)
         out.append(float(r))
     return out
 
@@ -249,33 +240,40 @@ def mpfr_eval(name, xs, F, zs=None):
 # ---------------------------------------------------------------------------------------------
 def cr_apply(name, x, F, z=None):
     """``name`` applied to the array ``x`` (and ``z``, the second argument of pow and atan2,
-    of x's dtype and shape) of format ``F`` (float32, float16 or bfloat16), correctly
-    rounded into F; returns an array of ``x``'s dtype and shape."""
-    from fpx import formats
-    f32k, f64k = _kernels(name)
+    of x's dtype and shape) of format ``F`` (float64, float32, float16 or bfloat16),
+    correctly rounded into F; returns an array of ``x``'s dtype and shape. float64 takes
+    :mod:`fpx.kernels.crmath64`'s double-double kernels (TypeError for a function it lacks)."""
     x = np.asarray(x)
     flat = np.ascontiguousarray(x).reshape(-1)
-    args = (flat,) if z is None else (flat, np.ascontiguousarray(z).reshape(-1))
-    if F.name == "float32" and name == "exp" and flat.dtype == np.float32:
-        out, idx = _exp32_apply(flat)
+    zf = flat if z is None else np.ascontiguousarray(z).reshape(-1)
+    if F.name == "float64":
+        from fpx.kernels import crmath64
+        out, idx = crmath64.fast(name, flat, zf)
     elif F.name == "float32":
         out = np.empty(flat.size, np.float32)
-        bad = np.empty(flat.size, np.int64)
-        nb = f32k(*args, out, bad)
-        idx = bad[:nb]
+        bits = out.view(np.uint32)
+        idx = undecided(bits, UNDECIDED32, _kernels(name)[0](flat, zf, bits))
     else:
-        y = np.empty(flat.size, np.float64)
-        f64k(*(a.astype(np.float64) for a in args), y)
-        with np.errstate(invalid="ignore", over="ignore"):
-            e = np.abs(y) * REL
-            lo = formats.round(y - np.where(np.isfinite(y), e, 0), F, "rn")
-            hi = formats.round(y + np.where(np.isfinite(y), e, 0), F, "rn")
-        out = lo.astype(x.dtype)
-        out[np.isnan(y)] = np.array(np.nan, x.dtype)
-        ub = out.view(np.uint16)
-        idx = np.flatnonzero((ub != hi.astype(x.dtype).view(np.uint16)) & ~np.isnan(y))
+        out, idx = _narrow(name, flat, zf, F)
     if idx.size:
         vals = mpfr_eval(name, flat[idx].astype(np.float64).tolist(), F,
-                         None if z is None else args[1][idx].astype(np.float64).tolist())
+                         None if z is None else zf[idx].astype(np.float64).tolist())
         out[idx] = np.asarray(vals, np.float64).astype(x.dtype)
     return out.reshape(x.shape)
+
+
+def _narrow(name, flat, zf, F):
+    """float16/bfloat16 results: the float64 value's interval rounded straight into F by
+    :func:`fpx.formats.round` (never through float32, which would round twice)."""
+    from fpx import formats
+    y = np.empty(flat.size, np.float64)
+    _kernels(name)[1](flat.astype(np.float64), zf.astype(np.float64), y)
+    with np.errstate(invalid="ignore", over="ignore"):
+        e = np.where(np.isfinite(y), np.abs(y) * REL, 0)
+        lo = formats.round(y - e, F, "rn")
+        hi = formats.round(y + e, F, "rn")
+    out = lo.astype(flat.dtype)
+    nan = np.isnan(y)
+    out[nan] = np.array(np.nan, flat.dtype)
+    idx = np.flatnonzero((out.view(np.uint16) != hi.astype(flat.dtype).view(np.uint16)) & ~nan)
+    return out, idx

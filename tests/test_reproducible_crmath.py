@@ -1,4 +1,5 @@
-"""Correctly rounded float32/float16/bfloat16 math (fpx.kernels.crmath) against MPFR."""
+"""Correctly rounded float64/float32/float16/bfloat16 math (fpx.kernels.crmath, crmath64)
+against MPFR."""
 import math
 import os
 
@@ -7,7 +8,7 @@ import numpy as np
 import pytest
 
 from fpx import formats
-from fpx.kernels import crmath
+from fpx.kernels import crmath, crmath64
 
 gmpy2 = pytest.importorskip("gmpy2")
 F32 = formats.get("float32")
@@ -16,7 +17,7 @@ F32 = formats.get("float32")
 _RANGE = {"exp": (-104, 89), "expm1": (-20, 89), "exp2": (-150, 128), "log": (0, 1e38),
           "log1p": (-1, 1e38), "log2": (0, 1e38), "sin": (-1e5, 1e5), "cos": (-1e5, 1e5),
           "tan": (-1e4, 1e4), "tanh": (-10, 10), "sinh": (-90, 90), "cosh": (-90, 90),
-          "atan": (-1e4, 1e4), "erf": (-4, 4), "sigmoid": (-110, 20)}
+          "atan": (-1e4, 1e4), "erf": (-4, 4), "sigmoid": (-110, 20), "rsqrt": (0, 1e38)}
 _SPECIAL = np.array([0.0, -0.0, np.inf, -np.inf, np.nan, 1.0, -1.0, 2.0 ** -149, -2.0 ** -149,
                      2.0 ** -126, 3.4028235e38, -3.4028235e38, 88.72283, 88.72284, -87.33654,
                      -103.97208, -103.97209, 0.5, 1e-30, -1e-30, 1.1754942e-38], np.float32)
@@ -38,7 +39,8 @@ def _inputs(name, n, seed):
 
 
 def _same(a, b):
-    return (a.view(np.uint32) == b.view(np.uint32)) | (np.isnan(a) & np.isnan(b))
+    u = {2: np.uint16, 4: np.uint32, 8: np.uint64}[a.dtype.itemsize]
+    return (a.view(u) == b.view(u)) | (np.isnan(a) & np.isnan(b))
 
 
 def _mpfr(name, x, F=F32):
@@ -55,6 +57,8 @@ def _numpy64(name, x):
             return 1.0 / (1.0 + np.exp(-d))
         if name == "erf":
             return np.array([math.erf(v) for v in d])
+        if name == "rsqrt":
+            return 1.0 / np.sqrt(d)
         return getattr(np, {"atan": "arctan"}.get(name, name))(d)
 
 
@@ -226,14 +230,15 @@ def test_pow_and_atan2_agree_with_mpfr(name):
 
 
 def _libm_exp(x):
-    """exp of float32 ``x`` through the libm kernel (glibc's float64 exp, the same rounding
-    test, MPFR for the undecided): independent of the vectorized kernel."""
-    f32k, _ = crmath._kernels("exp")
-    out, bad = np.empty(x.size, np.float32), np.empty(x.size, np.int64)
+    """exp of float32 ``x`` through the kernel skeleton with glibc's float64 exp (the same
+    rounding test, MPFR for the undecided): independent of the vectorized evaluator."""
+    f32k = crmath._make_kernels(crmath._lift(math.exp, 1))[0]
+    out = np.empty(x.size, np.float32)
+    bits = out.view(np.uint32)
     with np.errstate(all="ignore"):
-        nb = f32k(x, out, bad)
-    if nb:
-        out[bad[:nb]] = _mpfr("exp", x[bad[:nb]])
+        bad = crmath.undecided(bits, crmath.UNDECIDED32, f32k(x, x, bits))
+    if bad.size:
+        out[bad] = _mpfr("exp", x[bad])
     return out
 
 
@@ -283,3 +288,113 @@ def test_log_and_tanh_on_every_float32_input(name):
         assert _same(got[easy], lo[easy]).all(), hex(hi << 24)
         rest = ~easy & ~nan
         assert _same(got[rest], _mpfr(name, x[rest])).all(), hex(hi << 24)
+
+
+# ---------------------------------------------------------------------------------------------
+# rsqrt: one rounding of 1/sqrt(x)
+# ---------------------------------------------------------------------------------------------
+@pytest.mark.parametrize("fmt", ["float32", "float16", "bfloat16"])
+def test_rsqrt_is_one_rounding_where_two_roundings_differ(fmt):
+    """rsqrt against MPFR's rec_sqrt on every positive finite float16/bfloat16 and 2·10^5
+    random float32: equal everywhere, where 1/sqrt(x) with two roundings in the format is
+    not."""
+    F = formats.get(fmt)
+    dt = {"float32": np.float32, "float16": np.float16, "bfloat16": ml_dtypes.bfloat16}[fmt]
+    bits = np.arange(0x0001, 0x7F80 if fmt != "float16" else 0x7C00, dtype=np.uint32)
+    x = (bits << 16).view(np.float32).astype(dt) if fmt == "bfloat16" else \
+        bits.astype(np.uint16).view(np.float16)
+    if fmt == "float32":
+        x = np.random.default_rng(4).integers(1, 0x7F800000, 200_000).astype(
+            np.uint32).view(np.float32)
+    with np.errstate(all="ignore"):
+        got = crmath.cr_apply("rsqrt", x, F)
+        two = dt(1) / np.sqrt(x)            # two roundings in the format itself
+    ref = _mpfr("rsqrt", x, F)
+    assert got.dtype == x.dtype
+    assert _same(got.astype(np.float32), ref.astype(np.float32)).all()
+    assert not _same(two.astype(np.float32), ref.astype(np.float32)).all()   # the test can fail
+    sp = np.array([0.0, -0.0, np.inf, -1.0, np.nan], dt)
+    with np.errstate(all="ignore"):
+        assert _same(crmath.cr_apply("rsqrt", sp, F).astype(np.float32),
+                     np.array([np.inf, -np.inf, 0.0, np.nan, np.nan], np.float32)).all()
+
+
+# ---------------------------------------------------------------------------------------------
+# float64
+# ---------------------------------------------------------------------------------------------
+F64 = formats.get("float64")
+_RANGE64 = {"exp": (-750, 750), "exp2": (-1080, 1030), "expm1": (-50, 750),
+            "log": (0, 1e300), "log2": (0, 1e300), "log1p": (-1, 1e300), "tanh": (-25, 25),
+            "sigmoid": (-800, 50), "sinh": (-715, 715), "cosh": (-715, 715),
+            "rsqrt": (0, 1e300)}
+_SPECIAL64 = np.array([0.0, -0.0, np.inf, -np.inf, np.nan, 1.0, -1.0, 2.0, 0.5, 5e-324,
+                       -5e-324, 2.2250738585072014e-308, 1.7976931348623157e308, 709.782712893384,
+                       709.7827128933841, -745.1332191019411, -745.1332191019412, 1024.0,
+                       -1074.0, -1075.0, 1e-20, -1e-20, 2.0 ** -60, 2.0 ** -28, 19.1, 37.5,
+                       -38.0, 0.0054, -0.0054, 2.0 ** -7.5])
+# hard-to-round inputs of CORE-MATH's worst-case lists (src/binary64/{exp,log}/*.wc, from
+# Lefevre's search): exp(x) / log(x) has at least 45 identical bits after the round bit
+_HARD64 = {
+    "exp": ["0x1.0122ef37212ebp-1", "0x1.00d48a707b93ep-1", "0x1.00e0e33c8c3fdp-1",
+            "0x1.00bcc31ebded7p-1", "0x1.012c061237773p-1", "0x1.00c3594568d32p-1",
+            "0x1.005ae04256babp-1", "0x1.0036671ff87efp-1", "0x1.00cb9ef6145e1p-1",
+            "0x1.01ae25c609a38p-1", "0x1.0303c5638675fp-1", "0x1.03524109555f7p-1",
+            "0x1.0420cae31f66ep-1", "0x1.0582220d9645ep-1", "0x1.06dbea5b3ec8cp-1",
+            "0x1.8f5032999c063p-1", "0x1.a107ddad82d5dp-1", "0x1.c01a3eff3c558p-1",
+            "0x1.fedc746ddf8fap-1", "0x1.008eb56314daap+0", "0x1.0138c96e1a075p+0",
+            "0x1.2c54cb8371084p+0", "0x1.5d381153c7735p+0", "0x1.704809e9afabdp+0"],
+    "log": ["0x1.a6ae5142326b5p+0", "0x1.a6ba95b1520f9p+0", "0x1.a702b2ce91b3p+0",
+            "0x1.a775c6c1d8d3ep+0", "0x1.b072ab04ee9bfp+0", "0x1.c877cba59d0acp+0",
+            "0x1.bbfff9457d5c3p+0", "0x1.1e852e6951306p+1", "0x1.dafdb40362537p+0",
+            "0x1.000976581ce4ep+1", "0x1.2c86090791524p+1", "0x1.967e2d739876bp+1",
+            "0x1.006057e9892f7p+2", "0x1.39e3e05fe5f35p+3", "0x1.0af4fba7063b8p+4",
+            "0x1.0bb1747d46314p+5", "0x1.186e96b6dca56p+6", "0x1.15956b273c365p+8",
+            "0x1.38a3dbb5a6a4fp+10", "0x1.a455a70c31d8p+13", "0x1.561031d4db97cp+16",
+            "0x1.7d822b508bb3bp+20", "0x1.8992bd496d364p+25", "0x1.a6004162f2b8cp+45"],
+}
+
+
+def _inputs64(name, n, seed):
+    """n float64 inputs: a quarter random bit patterns, half uniform over the function's
+    range, a quarter of magnitudes 10^-20..10, plus the special values."""
+    rng = np.random.default_rng(seed)
+    q = n // 4
+    bits = rng.integers(0, 2 ** 64, q, dtype=np.uint64).view(np.float64)
+    lo, hi = _RANGE64[name]
+    uni = rng.uniform(lo, hi, 2 * q)
+    small = rng.standard_normal(n - 3 * q) * 10.0 ** rng.uniform(-20, 1, n - 3 * q)
+    if lo >= 0:
+        small = np.abs(small)
+    return np.concatenate([bits, uni, small, _SPECIAL64])
+
+
+def _check64(name, x):
+    with np.errstate(all="ignore"):
+        got = crmath.cr_apply(name, x, F64)
+    ref = _mpfr(name, x, F64)
+    bad = ~_same(got, ref)
+    assert not bad.any(), (name, x[bad][:5], got[bad][:5], ref[bad][:5])
+
+
+@pytest.mark.parametrize("name", ["exp", "log", "expm1"])
+def test_float64_agrees_with_mpfr(name):
+    """2·10^4 float64 inputs over every binade and the function's range, the special values
+    and (exp, log) CORE-MATH's hard-to-round cases, against MPFR: no mismatch."""
+    hard = np.array([float.fromhex(h) for h in _HARD64.get(name, [])])
+    _check64(name, np.concatenate([_inputs64(name, 20_000, 6), hard]))
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(os.environ.get("FPX_REPRODUCIBLE") != "full",
+                    reason="10^5 MPFR evaluations per function: set FPX_REPRODUCIBLE=full")
+@pytest.mark.parametrize("name", sorted(crmath64.FUNCTIONS64))
+def test_float64_agrees_with_mpfr_on_1e5_inputs(name):
+    """Every float64 function on 10^5 inputs (and the hard cases) against MPFR."""
+    hard = np.array([float.fromhex(h) for h in _HARD64.get(name, [])])
+    _check64(name, np.concatenate([_inputs64(name, 100_000, 7), hard]))
+
+
+def test_float64_functions_without_a_kernel_raise():
+    for name in ("sin", "pow", "erf"):
+        with pytest.raises(TypeError, match=f"{name} of float64"):
+            crmath.cr_apply(name, np.ones(3), F64, np.ones(3) if name == "pow" else None)

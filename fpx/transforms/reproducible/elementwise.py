@@ -1,5 +1,6 @@
-"""Elementwise rules: correctly rounded transcendentals (fpx.kernels.crmath) and casts
-rounded once, straight into the target format."""
+"""Elementwise rules: correctly rounded transcendentals and rsqrt (fpx.kernels.crmath,
+float64 through fpx.kernels.crmath64) and casts rounded once, straight into the target
+format."""
 from __future__ import annotations
 
 import numpy as np
@@ -16,7 +17,7 @@ _rule = ReproducibleInterpreter.def_rule
 def _result_dtype(prim, v):
     """NumPy's result dtype of the function on ``v`` (float64 for a Python float)."""
     arr = np.asarray(v)
-    if prim.name == "sigmoid":
+    if prim.name in ("sigmoid", "rsqrt"):
         return arr.dtype if is_float(arr) else np.dtype(np.float64)
     dummy = v if np.isscalar(v) and not isinstance(v, np.generic) else np.zeros(1, arr.dtype)
     with np.errstate(all="ignore"):
@@ -28,9 +29,6 @@ def _cr(name):
         v = value(x)
         dt = _result_dtype(prim, v)
         F = float_format(dt, name)
-        if F.name == "float64":
-            raise TypeError(f"fpx.reproducible: {name} of float64: float64 correctly rounded "
-                            f"math not supported yet (docs/reproducible.md, 'Limits')")
         arr = np.asarray(v)
         out = crmath.cr_apply(name, arr.astype(dt, copy=False), F)
         return self.new(out if arr.ndim else out[()])
@@ -38,7 +36,11 @@ def _cr(name):
 
 
 for _name in crmath.FUNCTIONS:
-    _rule(_name)(_cr(_name))
+    if _name != "rsqrt":
+        _rule(_name)(_cr(_name))
+# rsqrt: the composite 1/sqrt(x) the torch adapter binds for aten.rsqrt (it may be defined
+# after this module runs, hence the rule by name), here one correctly rounded operation
+ReproducibleInterpreter.rules.setdefault("rsqrt", _cr("rsqrt"))
 
 
 def _cr2(name):
@@ -51,9 +53,6 @@ def _cr2(name):
         if not is_float(np.empty(0, dt)):             # integer powers: exact (NumPy's)
             return self.new(self.bind_parent(prim, vx, vz))
         F = float_format(dt, name)
-        if F.name == "float64":
-            raise TypeError(f"fpx.reproducible: {name} of float64: float64 correctly rounded "
-                            f"math not supported yet (docs/reproducible.md, 'Limits')")
         ax, az = np.broadcast_arrays(np.asarray(vx).astype(dt, copy=False),
                                      np.asarray(vz).astype(dt, copy=False))
         out = crmath.cr_apply(name, ax, F, az)
