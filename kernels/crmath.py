@@ -126,16 +126,23 @@ UNDECIDED32 = np.uint32(0x7FC0DEAD)
 # ---------------------------------------------------------------------------------------------
 @numba.njit(nogil=True)
 def undecided(bits, mark, count):
-    """The indices of the ``count`` elements of ``bits`` equal to ``mark`` (a sequential
-    scan that stops at the last one)."""
+    """The indices of the ``count`` elements of ``bits`` equal to ``mark``: a vectorized count
+    per block of 4096, the blocks with any scanned element by element, stopping at the last."""
     idx = np.empty(count, np.int64)
     k = 0
-    for i in range(bits.size):
+    n = bits.size
+    for s in range(0, n, 4096):
         if k == count:
             break
-        if bits[i] == mark:
-            idx[k] = i
-            k += 1
+        t = min(n, s + 4096)
+        c = 0
+        for i in range(s, t):
+            c += np.int64(bits[i] == mark)
+        if c:
+            for i in range(s, t):
+                if bits[i] == mark:
+                    idx[k] = i
+                    k += 1
     return idx
 
 
