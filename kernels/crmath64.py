@@ -13,8 +13,9 @@ range, are never decided by the test. The undecided elements go to MPFR in float
 precision and exponent range.
 
 The evaluations (``x = (64k + j)·ln2/64 + r``, tables of ``2^(j/64)`` and ``log(c_j)`` in
-double-double, Taylor series with their first terms in double-double) have a relative error
-below ``2^-72``; the test assumes ``EPS = 2^-67``. ``fma`` is LLVM's ``llvm.fma`` (exact by
+double-double, Taylor series with their first terms in double-double) put exp and log within
+a relative ``2^-72`` (each step's bound is in its docstring); the test assumes ``EPS = 2^-67``,
+times the factor a composite's formula can amplify it by. ``fma`` is LLVM's ``llvm.fma`` (exact by
 definition on every machine), so the error-free products do not depend on the CPU.
 """
 from __future__ import annotations
