@@ -12,6 +12,7 @@ matmul in float32) is rounded back to the operands' dtype, as a framework does.
 ==================================  ================================================================
 ``relu(x)``                         max(x, 0)
 ``sigmoid(x)``                      1 / (1 + exp(-x))
+``rsqrt(x)``                        1 / sqrt(x)
 ``silu(x)``                         x * sigmoid(x)
 ``gelu(x, approximate)``            0.5 x (1 + erf(x/sqrt2)); or 0.5 x (1 + tanh(c (x + k x^3)))
 ``softmax(x, axis)``                e / sum(e) with e = exp(x - max(x))
@@ -51,7 +52,7 @@ from fpx.kernels import blas as _kblas
 from fpx.kernels import conv as _kconv
 
 __all__ = [
-    "relu", "sigmoid", "silu", "gelu", "softmax", "log_softmax", "layer_norm", "rms_norm",
+    "relu", "sigmoid", "rsqrt", "silu", "gelu", "softmax", "log_softmax", "layer_norm", "rms_norm",
     "batch_norm", "group_norm", "instance_norm", "norm_stats",
     "conv", "conv_transpose", "conv1d", "conv2d", "max_pool", "max_pool1d", "max_pool2d", "avg_pool",
     "avg_pool1d", "avg_pool2d", "adaptive_avg_pool", "upsample_nearest",
@@ -152,6 +153,20 @@ _sigmoid = Composite("sigmoid", _sigmoid_decomp, kind="transcendental")
 def sigmoid(x):
     """1 / (1 + exp(-x)), elementwise (0 at -inf, 1 at +inf)."""
     return _sigmoid.bind(x)
+
+
+def _rsqrt_decomp(x):
+    """rsqrt(x) = 1 / sqrt(x): two roundings, as torch's CPU kernel computes it."""
+    return fnp.divide(_c(1, x), fnp.sqrt(x))
+
+
+_rsqrt = Composite("rsqrt", _rsqrt_decomp, kind="elementwise")
+
+
+def rsqrt(x):
+    """1 / sqrt(x), elementwise (±inf at ±0, NaN below 0); a transform may round it once
+    (``fpx.reproducible``: correctly rounded)."""
+    return _rsqrt.bind(x)
 
 
 def _silu_decomp(x):

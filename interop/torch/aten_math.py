@@ -67,7 +67,7 @@ def _div_mode(ctx, a, b, *, rounding_mode=None):
 _op("aten.neg")(elementwise(fnp.negative))
 _op("aten.abs")(elementwise(fnp.abs))
 _op("aten.sqrt")(elementwise(fnp.sqrt))
-_op("aten.rsqrt")(elementwise(lambda x: fnp.divide(cast(1, dtype_of(x)), fnp.sqrt(x))))
+_op("aten.rsqrt")(elementwise(fnn.rsqrt))
 _op("aten.reciprocal")(elementwise(lambda x: fnp.divide(cast(1, dtype_of(x)), x)))
 for _n, _f in {"exp": fnp.exp, "exp2": fnp.exp2, "expm1": fnp.expm1, "log": fnp.log,
                "log2": fnp.log2, "log1p": fnp.log1p, "sin": fnp.sin, "cos": fnp.cos,

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 
+import fpx.nn  # noqa: F401  (registers the rsqrt composite)
 from fpx import formats
 from fpx.core import NUMPY
 from fpx.kernels import crmath
@@ -35,12 +36,8 @@ def _cr(name):
     return rule
 
 
-for _name in crmath.FUNCTIONS:
-    if _name != "rsqrt":
-        _rule(_name)(_cr(_name))
-# rsqrt: the composite 1/sqrt(x) the torch adapter binds for aten.rsqrt (it may be defined
-# after this module runs, hence the rule by name), here one correctly rounded operation
-ReproducibleInterpreter.rules.setdefault("rsqrt", _cr("rsqrt"))
+for _name in crmath.FUNCTIONS:       # (rsqrt: fpx.nn's composite, one rounding here)
+    _rule(_name)(_cr(_name))
 
 
 def _cr2(name):
