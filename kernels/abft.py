@@ -228,8 +228,9 @@ def row_pass(X, w1, w2, v1, v2, keys, out, ext):
             kernel(*args, cuts[t], cuts[t + 1])
     futures = [_pool(n - 1).submit(work) for _ in range(n - 1)]
     work()
-    for f in futures:
-        f.result()
+    for f in futures:                    # one that has not started has nothing left to do
+        if not f.cancel():
+            f.result()
 
 
 def keys_to_floats(ext, dtype):
