@@ -1,17 +1,19 @@
 """Sums and dot products in a stated order with a per-step rounding: the ordered-dot skeleton
 shared by ``fpx.reproducible``'s ``sequential``/``pairwise`` kernels (round to nearest in the
-accumulation format) and ``fpx.stochastic``'s flop-level float32 matmul (random rounding).
+accumulation format) and ``fpx.stochastic``'s flop-level float32 matmul (random rounding), and
+the kernels of the ``exact`` order's rounding test.
 
 Round to nearest: every product and addition is rounded to the accumulation format, with no
-FMA contraction (numba without ``fastmath``: LLVM only fuses ``a*b + c`` when told it may;
-docs/reproducible.md, "Reductions and contractions").
+FMA contraction (plain LLVM ``fmul``/``fadd`` without fast-math flags: LLVM only fuses
+``a*b + c`` when told it may; docs/reproducible.md, "Reductions and contractions").
 
-Every output element is its own sum, taken in the order the spec states; the kernels split the
-output into tiles of ``ROWS`` rows by ``COLS`` columns (one row of B, loaded once, serves every
-row of the tile; the running sums of a tile stay in L1, and the loop over its columns
-vectorizes) and threads split the tiles, so neither the bits nor the random positions depend on
-the thread count, the tiling, the batch, or the layout of the operands (they are read through
-their strides).
+Every output element is its own sum, taken in the order the spec states. ``make_matmul`` splits
+the output into tiles (rows x columns) and threads split the tiles; a tile's kernel brings the
+terms in, k = 0, 1, ..., into running sums held in registers or L1, vectorized across output
+columns. Since each element's order is fixed, neither the bits nor (for stochastic rounding)
+the random positions depend on the thread count, the tiling, the batch, or the layout of the
+operands (they are read through their strides). The vector width does not enter either: the
+operations are IEEE operations lane by lane.
 
 Orders: sequential (``s = t0; s = s + t1; ...``), pairwise (the fixed tree of
 docs/reproducible.md: neighbours combined level by level, a block of 2^j terms is merged as
@@ -29,14 +31,13 @@ from numba.core.errors import TypingError
 from numba.extending import intrinsic
 
 __all__ = ["matmul", "reduce", "run", "make_matmul", "sequential_tile", "elementwise_row",
-           "round_test_f32", "dot2",
-           "ROWS", "COLS"]
+           "round_test_f32", "dot2", "ROWS", "COLS"]
 
 _opts = dict(nogil=True, error_model="numpy", fastmath=False)
 _LEVELS = 64
-ROWS = 64          # rows of A per tile: a row of B, loaded once, serves ROWS rows
+ROWS = 64          # rows of A per tile: a strip of B, loaded once, serves ROWS rows
 COLS = 128         # output columns per tile (a multiple of every SIMD width)
-_VEC = 128          # bytes per _axpy_rn call: two 512-bit vectors
+_VEC = 128         # bytes per _axpy_rn call: two 512-bit vectors
 
 
 # ---------------------------------------------------------------------------------------------
@@ -78,9 +79,7 @@ def make_matmul(tile, key_of, parallel=True, rows=ROWS, cols=COLS):
                 ar = acc[r]
                 for c in range(cols):
                     o[n0 + c] = ar[c]
-    if parallel:
-        return numba.njit(parallel=True, **_opts)(kernel)
-    return numba.njit(**_opts)(kernel)
+    return numba.njit(parallel=parallel, **_opts)(kernel)
 
 
 def sequential_tile(row):
@@ -142,6 +141,13 @@ def _no_key(keys, s, op):
 # round to nearest: explicit 512-bit vectors (LLVM's vectorizer stops at 256 bits on CPUs
 # tuned for it; the ops are IEEE ops lane by lane, so the width changes no bit)
 # ---------------------------------------------------------------------------------------------
+def _splat(builder, vty, x):
+    """The vector of type ``vty`` with ``x`` in every lane."""
+    one = builder.insert_element(ir.Constant(vty, ir.Undefined), x, ir.Constant(ir.IntType(32), 0))
+    zeros = ir.Constant(ir.VectorType(ir.IntType(32), vty.count), [0] * vty.count)
+    return builder.shuffle_vector(one, one, zeros)
+
+
 @intrinsic
 def _axpy_rn(typingctx, acc, r, c, b, k, n, a):
     """``acc[r, c:c+W] = acc[r, c:c+W] + a·b[k, n:n+W]`` with W = 128 bytes of the dtype, the
@@ -168,9 +174,7 @@ def _axpy_rn(typingctx, acc, r, c, b, k, n, a):
             return builder.bitcast(p, vty.as_pointer())
         pa = ptr(sig.args[0], accv, rv, cv)
         pb = ptr(sig.args[3], bv, kv, nv)
-        one = builder.insert_element(ir.Constant(vty, ir.Undefined), av, ir.Constant(ir.IntType(32), 0))
-        splat = builder.shuffle_vector(one, one, ir.Constant(ir.VectorType(ir.IntType(32), W), [0] * W))
-        prod = builder.fmul(splat, builder.load(pb, align=size))
+        prod = builder.fmul(_splat(builder, vty, av), builder.load(pb, align=size))
         builder.store(builder.fadd(builder.load(pa, align=size), prod), pa, align=size)
         return context.get_dummy_value()
     return types.void(acc, types.intp, types.intp, b, types.intp, types.intp, a), codegen
@@ -231,13 +235,9 @@ def _rn_block(typingctx, acc, r0, c0, a, m0, b, n0, k0, k1):
         pb = builder.phi(i8p)
         sums = [[builder.phi(vty) for _ in range(_BV)] for _ in range(_BR)]
         bvec = [builder.load(at(pb, c(64 * v), vty), align=size) for v in range(_BV)]
-        mask = ir.Constant(ir.VectorType(ir.IntType(32), W), [0] * W)
         new = []
         for i in range(_BR):
-            ai = builder.load(at(pa, builder.mul(c(i), arow), fty))
-            one = builder.insert_element(ir.Constant(vty, ir.Undefined), ai,
-                                         ir.Constant(ir.IntType(32), 0))
-            splat = builder.shuffle_vector(one, one, mask)
+            splat = _splat(builder, vty, builder.load(at(pa, builder.mul(c(i), arow), fty)))
             new.append([builder.fadd(sums[i][v], builder.fmul(splat, bvec[v]))
                         for v in range(_BV)])
         k1 = builder.add(k, c(1))

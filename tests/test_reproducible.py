@@ -199,12 +199,13 @@ def _loop_matmul(a, b, order):
 @pytest.mark.parametrize("dt", [np.float32, np.float64])
 def test_ordered_kernel_is_a_plain_loop_for_any_tiling_layout_and_threads(dt):
     """Shapes across the tile edges (ordered.ROWS x ordered.COLS), the register blocks, the
-    chunks of terms (ordered._KC) and the vector width; the same bits from the spec's loop, from sub-blocks at odd offsets (other tile boundaries), for
+    chunks of terms (ordered._KC) and the vector width; the same bits from the spec's loop,
+    from sub-blocks at odd offsets (other tile boundaries), for
     A in F order, from the serial and threaded builds, and on one thread."""
     R, C, K = ordered.ROWS, ordered.COLS, ordered._KC + 37
     a, b = data((R + 3, K), 1, dt), data((K, C + 21), 2, dt)
     b[3, 5], a[2, 0] = -0.0, np.float32(2.0 ** -140)      # a signed zero, a subnormal
-    for order in (0, 1):
+    for order in (0, 1) if dt == np.float32 else (0,):
         want = _loop_matmul(a, b, order)
         out = np.empty((1,) + want.shape, dt)
         ordered.matmul(a[None], b[None], order, out)
@@ -235,12 +236,12 @@ def test_ordered_kernel_batch_rows_are_independent():
 def test_no_fma_contraction_in_the_ordered_kernels():
     a = np.ones((2, 3), np.float32)
     for dt in (np.float32, np.float64):
-        for order in (0, 1):
+        for order in (0, 1) if dt == np.float32 else (0,):
             for par in (True, False) if dt == np.float32 else (True,):
                 ordered.matmul(a.astype(dt)[None], a.T.astype(dt)[None], order,
                                np.empty((1, 2, 2), dt), parallel=par)
-        for kernel in (ordered.reduce, ordered._reduce_serial):
-            kernel(a.astype(dt)[None], 0, False, np.empty((1, 1, 3), dt))
+    for kernel in (ordered.reduce, ordered._reduce_serial):
+        kernel(a[None], 0, False, np.empty((1, 1, 3), np.float32))
     kernels = list(ordered._MATMUL.values()) + [ordered.reduce, ordered._reduce_serial]
     for kernel in kernels:
         asms = list(kernel.inspect_asm().values())
@@ -270,8 +271,8 @@ def test_errors_name_what_is_not_supported():
     cbrt = Primitive("test_reproducible_cbrt", lambda B: np.cbrt, kind="transcendental")
     with pytest.raises(fpx.UnsupportedOpError, match="test_reproducible_cbrt"):
         fpx.reproducible(cbrt.bind)(x)          # a user's primitive: no meaning is assumed
-    with pytest.raises(TypeError, match="float64 correctly rounded math not supported"):
-        fpx.reproducible(np.exp)(x.astype(np.float64))
+    with pytest.raises(TypeError, match="sin of float64"):
+        fpx.reproducible(np.sin)(x.astype(np.float64))
     with pytest.raises(TypeError, match="exact"):
         fpx.reproducible(np.sum, order="exact")(x.astype(np.float64))
     with pytest.raises(ValueError, match="order"):

@@ -878,6 +878,32 @@ def test_fast_matmul_used_by_the_transform_is_the_documented_kernel():
         assert np.array_equal(r, out[:, 0]), (M, Kd, N)
 
 
+def test_fast_matmul_bits_do_not_depend_on_threads_or_tiles():
+    """The shared ordered skeleton (fpx.kernels.ordered) across its tile edges: the same
+    samples on one thread and on all, and for a sub-block of columns passed with the
+    position strides of the whole problem."""
+    from fpx.kernels import ordered
+    rng = np.random.default_rng(12)
+    M, Kd, N = ordered.ROWS + 5, 9, ordered.COLS + 7
+    A4 = f64(rng.standard_normal((M, Kd)).astype(np.float32))[None, None]
+    B4 = f64(rng.standard_normal((Kd, N)).astype(np.float32))[None, None]
+    keys = sample_keys(13, range(2))
+    out = np.empty((2, 1, M, N))
+    K.fast_matmul(1)(A4, B4, keys, 0, N * Kd, Kd, out)
+    threads = numba.get_num_threads()
+    numba.set_num_threads(1)
+    try:
+        one = np.empty_like(out)
+        K.fast_matmul(1)(A4, B4, keys, 0, N * Kd, Kd, one)
+    finally:
+        numba.set_num_threads(threads)
+    assert np.array_equal(one, out)
+    # the first 50 columns alone (other tiles), with the whole problem's position strides
+    sub = np.empty((2, 1, M, 50))
+    K.fast_matmul(1)(A4, np.ascontiguousarray(B4[..., :50]), keys, 0, N * Kd, Kd, sub)
+    assert np.array_equal(sub, out[..., :50])
+
+
 @pytest.mark.parametrize("mode", ["sr", "ud", "cestac", "mca"])
 def test_matmul_1d_and_batched_shapes(mode):
     rng = np.random.default_rng(4)
