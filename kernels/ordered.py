@@ -443,7 +443,7 @@ def _sign(x):
     return math.copysign(1.0, x)
 
 
-@numba.njit(parallel=True, **_opts)
+@numba.njit(**_opts)     # one thread: it runs right after a GEMM, whose BLAS threads still spin
 def round_test_f32(s, ra, cb, coef, out, bad):
     """``out = float32(s)`` and ``bad`` where that is not proven the correct rounding of the
     exact value, known to lie within ``coef·ra[g, m]·cb[g, n]`` of ``s`` (G, M, N float64; ra
@@ -451,7 +451,7 @@ def round_test_f32(s, ra, cb, coef, out, bad):
     the ends' own rounding (``|s|·2^-52 + 2^-1074``), must round to one float32, signed zeros
     told apart; a non-finite ``s`` or bound is undecided."""
     G, M, N = s.shape
-    for gm in prange(G * M):
+    for gm in range(G * M):
         g = gm // M
         m = gm % M
         rm = ra[g if ra.shape[0] > 1 else 0, m] * coef
@@ -466,7 +466,7 @@ def round_test_f32(s, ra, cb, coef, out, bad):
                             | ~np.isfinite(pad))
 
 
-@numba.njit(parallel=True, **_opts)
+@numba.njit(**_opts)     # one thread, as round_test_f32: few elements, right after a GEMM
 def dot2(A, B, ga, gb, mi, ni, gamma2, s, err):
     """Compensated dot products (Ogita, Rump & Oishi's Dot2 with exact float64 products of
     float32 operands): ``s[j] ≈ Σ_k A[ga[j], mi[j], k]·B[gb[j], k, ni[j]]`` with
@@ -476,7 +476,7 @@ def dot2(A, B, ga, gb, mi, ni, gamma2, s, err):
     K = A.shape[2]
     J = mi.size
     CH = 256
-    for ch in prange((J + CH - 1) // CH):
+    for ch in range((J + CH - 1) // CH):
         j0 = ch * CH
         nj = min(J - j0, CH)
         hi = np.zeros(nj)
