@@ -592,7 +592,10 @@ def _make_fast_matmul(MODE):
     """The sequential ordered-dot skeleton of ``fpx.kernels.ordered`` with this mode's
     per-step rounding: product, then sum, each rounded on float64 bit patterns with one random
     word ``h`` (the product takes its high bits, the sum its low half shifted up); elements
-    that leave float32's normal range are redone with the general rounder (same ``h``)."""
+    that leave float32's normal range, and under cestac those whose float64 sum is inexact
+    (exponents more than 29 apart: cestac moves only inexact results), are redone with the
+    general rounder (same ``h``, the sum's TwoSum residual). For sr and ud such a sum moves
+    P(up) by at most 2^-29."""
     rnd, bad = _fast_ops(MODE)
     f32max = _F32[2]
 
@@ -607,8 +610,13 @@ def _make_fast_matmul(MODE):
         h = bits_at(key, np.uint64(pos))
         x = _f2i(a * b)
         pb = rnd(x, h)
-        yb = rnd(_f2i(acc + _i2f(pb)), h << _S32U)
-        return _i2f(yb), bad(x) | bad(pb) | bad(yb)
+        p = _i2f(pb)
+        v = acc + p
+        yb = rnd(_f2i(v), h << _S32U)
+        isbad = bad(x) | bad(pb) | bad(yb)
+        if MODE == 3:       # cestac moves inexact results only: an inexact float64 sum
+            isbad |= two_sum_err(acc, p, v) != 0.0      # (exponents > 29 apart) goes on
+        return _i2f(yb), isbad                          # to the general rounder
 
     @numba.njit(inline="always")
     def fix(acc, a, b, key, pos, k):
@@ -616,7 +624,9 @@ def _make_fast_matmul(MODE):
         pr = rounder(a * b, 0.0, h, MODE, 24, -126, f32max, False, 0)
         if k == 0:
             return pr
-        return rounder(acc + pr, 0.0, h << _S32U, MODE, 24, -126, f32max, False, 0)
+        v = acc + pr
+        e = two_sum_err(acc, pr, v) if abs(v) <= _F64MAX else 0.0
+        return rounder(v, e, h << _S32U, MODE, 24, -126, f32max, False, 0)
 
     @numba.njit(inline="always")
     def key_of(keys, s, op):

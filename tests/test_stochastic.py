@@ -878,6 +878,20 @@ def test_fast_matmul_used_by_the_transform_is_the_documented_kernel():
         assert np.array_equal(r, out[:, 0]), (M, Kd, N)
 
 
+def test_fast_matmul_cestac_moves_a_sum_float64_rounds_to_a_float32():
+    """1 + 1.5·2^-60 is 1 in float64, but inexact: cestac rounds it down or up with
+    probability 1/2 each (the fast kernel hands it to the general rounder with its
+    residual), where taking the float64 sum as exact would always give 1."""
+    M = 4000
+    A = np.tile(np.array([1.0, 1.5 * 2.0 ** -60], np.float32), (M, 1))
+    B = np.ones((2, 1), np.float32)
+    fast, gen = _kernels_both(3, A, B, 1, seed=6)
+    for r in (fast, gen):
+        assert set(np.unique(r)) <= {1.0, 1.0 + 2.0 ** -23}
+        up = np.mean(r == 1.0 + 2.0 ** -23)
+        assert abs(up - 0.5) < Z * 0.5 / math.sqrt(M), up
+
+
 def test_fast_matmul_bits_do_not_depend_on_threads_or_tiles():
     """The shared ordered skeleton (fpx.kernels.ordered) across its tile edges: the same
     samples on one thread and on all, and for a sub-block of columns passed with the
