@@ -7,15 +7,20 @@ import time
 import numpy as np
 
 
-def timeit(fn, reps):
-    """Median seconds of ``reps`` calls of ``fn`` after one warm-up call."""
+def times(fn, reps):
+    """Seconds of each of ``reps`` calls of ``fn`` in a row, after one warm-up call."""
     fn()
     ts = []
     for _ in range(reps):
         t0 = time.perf_counter()
         fn()
         ts.append(time.perf_counter() - t0)
-    return float(np.median(ts))
+    return ts
+
+
+def timeit(fn, reps):
+    """Median seconds of ``reps`` calls of ``fn`` after one warm-up call."""
+    return float(np.median(times(fn, reps)))
 
 
 def parse_args(doc, argv=None):

@@ -18,12 +18,11 @@ from __future__ import annotations
 import json
 import os
 import sys
-import time
 
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from _timing import allocator, parse_args, timeit  # noqa: E402
+from _timing import allocator, parse_args, timeit, times  # noqa: E402
 
 import fpx  # noqa: E402
 import fpx.nn as fnn  # noqa: E402
@@ -43,16 +42,7 @@ def _fastest(fns, reps):
     call). In a row, not interleaved: right after a GEMM, OpenBLAS's threads spin for a while
     and take the cores from the next library's threads (a kernel of 1.6 ms took 4.9 ms right
     after np.matmul)."""
-    best = {}
-    for name, fn in fns.items():
-        fn()
-        ts = []
-        for _ in range(reps):
-            t0 = time.perf_counter()
-            fn()
-            ts.append(time.perf_counter() - t0)
-        best[name] = min(ts)
-    return best
+    return {name: min(times(fn, reps)) for name, fn in fns.items()}
 
 
 def mlp(x, w1, w2, w3):
