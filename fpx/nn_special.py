@@ -119,7 +119,7 @@ def _lgamma_libm(x):
 def _lgamma_decomposition(x):
     raise UnsupportedFunctionError(
         "fpx: lgamma has no decomposition into fpx primitives (it is the C library's); "
-        "fpx.interval has a rule for it, other transforms do not support it yet")
+        "fpx.interval and fpx.stochastic have rules for it, this transform has none")
 
 
 def _lgamma_impl(B):
@@ -141,8 +141,8 @@ lgamma = Composite("lgamma", _lgamma_decomposition, _lgamma_impl, doc="""log|Γ(
 # -- polygamma, n >= 2: n! ζ(n+1, x) -----------------------------------------------------------
 def _zeta_decomposition(q, *, s, err):
     raise UnsupportedFunctionError(
-        "fpx: hurwitz_zeta has no decomposition into fpx primitives; fpx.interval has a rule "
-        "for it, other transforms do not support it yet")
+        "fpx: hurwitz_zeta has no decomposition into fpx primitives; fpx.interval and "
+        "fpx.stochastic have rules for it, this transform has none")
 
 
 def _zeta_impl(B):

@@ -170,4 +170,33 @@ def test_stochastic_runs_trigamma_and_refuses_lgamma_naming_it():
     rel = ((s.double() - torch.polygamma(1, x.double())).abs() / torch.polygamma(1, x.double()))
     assert float(rel.max()) < 1e-5
     with pytest.raises(Exception, match="lgamma"):
-        fpx.stochastic(torch.lgamma, "sr", samples=4, seed=0)(x)
+        fpx.reproducible(torch.lgamma)(x)
+
+
+def test_stochastic_rounds_lgamma_at_random():
+    """lgamma under SR: every sample is one of the two float32 neighbours of the libm's
+    float64 value, and the sample mean is unbiased (within 4 standard errors of one ulp's
+    Bernoulli draw)."""
+    torch.manual_seed(1)
+    x = torch.rand(200, dtype=torch.float64).float() * 6 + 0.2
+    S = 64
+    s = fpx.stochastic(torch.lgamma, "sr", samples=S, seed=3)(x).double().numpy()
+    exact = np.asarray(torch.lgamma(x.double()), np.float64)
+    down = exact.astype(np.float32)
+    down = np.where(down.astype(np.float64) > exact, np.nextafter(down, -np.inf), down)
+    up = np.nextafter(down, np.inf).astype(np.float64)
+    down = down.astype(np.float64)
+    assert np.all((s == down) | (s == up))
+    err = (s.mean(0) - exact) / (up - down)
+    assert np.all(np.abs(err) <= 4 * 0.5 / np.sqrt(S) + 1e-9)
+    assert np.any(s.std(0) > 0)
+
+
+def test_stochastic_runs_polygamma_through_zeta():
+    """polygamma(3) = -n!·ζ(4, x) under SR: ζ's value and the product rounded at random, the
+    samples spread and within a few float32 ulps of the float64 value."""
+    x = torch.rand(200, dtype=torch.float64).float() * 6 + 0.2
+    s = fpx.stochastic(lambda t: torch.polygamma(3, t), "sr", samples=16, seed=3)(x).double()
+    exact = torch.polygamma(3, x.double())
+    assert float(((s - exact).abs() / exact.abs()).max()) < 8 * 2.0 ** -24
+    assert float(s.std(0).max()) > 0

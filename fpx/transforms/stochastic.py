@@ -289,7 +289,7 @@ def _f64(v):
     return np.asarray(v, dtype=np.float64)
 
 
-@_rule(*_ROUNDED)
+@_rule(*_ROUNDED, "lgamma", "hurwitz_zeta")      # (the C library's / SciPy's, rounded once)
 def _rounded(self, prim, *args, **params):
     vals, anyb = self.aligned(args)
     dt = self.result_dtype(prim, vals, params)
