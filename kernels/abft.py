@@ -193,6 +193,8 @@ def _pool(n):
     """A private pool of ``n`` threads (a new one in a forked child: its threads are gone)."""
     if _POOL[0] != os.getpid() or _POOL[1]._max_workers != n:
         from concurrent.futures import ThreadPoolExecutor
+        if _POOL[0] == os.getpid():          # another size: the old pool's threads end
+            _POOL[1].shutdown(wait=False)
         _POOL[:] = [os.getpid(), ThreadPoolExecutor(n, thread_name_prefix="fpx-abft")]
     return _POOL[1]
 
