@@ -52,7 +52,8 @@ from fpx.kernels import blas as _kblas
 from fpx.kernels import conv as _kconv
 
 __all__ = [
-    "relu", "sigmoid", "rsqrt", "silu", "gelu", "softmax", "log_softmax", "layer_norm", "rms_norm",
+    "relu", "sigmoid", "rsqrt", "silu", "gelu", "softmax", "log_softmax", "layer_norm",
+    "rms_norm",
     "batch_norm", "group_norm", "instance_norm", "norm_stats",
     "conv", "conv_transpose", "conv1d", "conv2d", "max_pool", "max_pool1d", "max_pool2d", "avg_pool",
     "avg_pool1d", "avg_pool2d", "adaptive_avg_pool", "upsample_nearest",
