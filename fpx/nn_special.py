@@ -116,50 +116,44 @@ def _lgamma_libm(x):
     return math.lgamma(x)
 
 
-def _lgamma_decomposition(x):
-    raise UnsupportedFunctionError(
-        "fpx: lgamma has no decomposition into fpx primitives (it is the C library's); "
-        "fpx.interval and fpx.stochastic have rules for it, this transform has none")
+def _library_function(name, numpy_fn, doc):
+    """A composite that is a library's function (no chain of fpx primitives): NumPy runs
+    ``numpy_fn``, transforms with a rule for ``name`` (interval, stochastic) bound or round
+    it, and any other transform raises, naming it."""
+    def decomposition(*args, **params):
+        raise UnsupportedFunctionError(
+            f"fpx: {name} has no decomposition into fpx primitives (it is a library's); "
+            "fpx.interval and fpx.stochastic have rules for it, this transform has none")
+
+    def impl(B):
+        if B.name != "numpy":
+            raise UnsupportedFunctionError(f"fpx: {name} has no {B.name} implementation")
+        return numpy_fn
+    return Composite(name, decomposition, impl, doc=doc)
 
 
-def _lgamma_impl(B):
-    if B.name != "numpy":
-        raise UnsupportedFunctionError(f"fpx: lgamma has no {B.name} implementation")
-
-    def lgamma_(x):
-        with np.errstate(divide="ignore"):              # +inf at the poles, as the C library
-            return _lgamma_libm(x)
-    return lgamma_
+def _lgamma_numpy(x):
+    with np.errstate(divide="ignore"):              # +inf at the poles, as the C library
+        return _lgamma_libm(x)
 
 
-lgamma = Composite("lgamma", _lgamma_decomposition, _lgamma_impl, doc="""log|Γ(x)| (C
+lgamma = _library_function("lgamma", _lgamma_numpy, """log|Γ(x)| (C
     library ``lgamma``/``lgammaf``), in x's floating dtype; +inf at 0, -1, -2, ... and ±inf.
-    A composite with an interval rule (monotone pieces, ``fpx.transforms.interval.special``);
-    under transforms without a rule it raises, naming lgamma.""")
+    Interval bounds it on its convex pieces (``fpx.transforms.interval.special``), stochastic
+    rounds the libm's value at random; other transforms raise, naming lgamma.""")
 
 
 # -- polygamma, n >= 2: n! ζ(n+1, x) -----------------------------------------------------------
-def _zeta_decomposition(q, *, s, err):
-    raise UnsupportedFunctionError(
-        "fpx: hurwitz_zeta has no decomposition into fpx primitives; fpx.interval and "
-        "fpx.stochastic have rules for it, this transform has none")
-
-
-def _zeta_impl(B):
-    if B.name != "numpy":
-        raise UnsupportedFunctionError(f"fpx: hurwitz_zeta has no {B.name} implementation")
+def _zeta_numpy(q, *, s, err):
     from scipy import special
-
-    def zeta(q, *, s, err):
-        return special.zeta(float(s), q)
-    return zeta
+    return special.zeta(float(s), q)
 
 
-hurwitz_zeta = Composite("hurwitz_zeta", _zeta_decomposition, _zeta_impl, doc="""ζ(s, q) =
+hurwitz_zeta = _library_function("hurwitz_zeta", _zeta_numpy, """ζ(s, q) =
     Σ_k (q+k)^-s of float64 q > 0 for an integer s >= 2 (cephes' Euler-Maclaurin sum, as
     torch's and SciPy's ``zeta``), a kernel whose error is at most ``err = (relative,
-    absolute)``; a composite with an interval rule (decreasing in q), raising under other
-    transforms.""")
+    absolute)``; interval bounds it (decreasing in q), stochastic rounds SciPy's value at
+    random, other transforms raise.""")
 
 #: (relative, absolute) error of torch's cephes ζ per program dtype: double arithmetic
 #: (``acc_type``; <= 8 ulps measured vs mpmath), but a float program's first term ``pow(q, -s)``
