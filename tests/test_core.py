@@ -793,15 +793,20 @@ def test_transforms_leave_no_reference_cycles():
             lambda: fpx.stochastic(lambda a: fnp.sum(a @ a), "sr", samples=3,
                                    progress=False)(x),
             lambda: fpx.trace(lambda a: {"y": a + 1.0, "z": [a * 2.0]})(x)]
-    for run in runs:
-        run()
+
+    def garbage_of(run):
         gc.collect()
         gc.set_debug(gc.DEBUG_SAVEALL)
         try:
             run()
             gc.collect()
-            kinds = {type(o).__name__ for o in gc.garbage}
+            return {type(o).__name__ for o in gc.garbage}
         finally:
             gc.set_debug(0)
             gc.garbage.clear()
-        assert not kinds, kinds
+    for run in runs:
+        run()
+        # the collector also saves cycles that other threads (pools, progress monitors) free
+        # during the run; a transform's own cycles come back on every run
+        seen = [garbage_of(run) for _ in range(3)]
+        assert not all(seen), seen
