@@ -73,8 +73,9 @@ def _flat(args, out_dtypes, outs=None):
     1-D, scalars and size-1 arrays become float64 scalars; anything else is expanded once.
     Outputs are allocated, or the given ``outs`` used where they are contiguous arrays of the
     result shape and dtype. Returns (operands, output blocks, shape, output arrays)."""
-    shape = np.broadcast_shapes(*[np.shape(a) for a in args])
-    perm = _common_layout(args, shape)
+    shape = _broadcast_shape(args)
+    in_order = _in_order(args, shape)
+    perm = None if in_order else _common_layout(args, shape)
     if perm is not None:      # every array operand: one permutation of a dense block
         pshape = tuple(shape[p] for p in perm)
         cols, rows = pshape[-1], int(np.prod(pshape[:-1]))
@@ -89,7 +90,7 @@ def _flat(args, out_dtypes, outs=None):
                 o = _empty(pshape, dt).transpose(inv)
             res.append(o)
         return flat, [np.transpose(o, perm).reshape(rows, cols) for o in res], shape, res
-    per_row = _per_row_split(args, shape)
+    per_row = None if in_order else _per_row_split(args, shape)
     if per_row is not None:   # per-channel operands: constant over the trailing dims
         rows, cols, lead = per_row
         flat = []
@@ -110,7 +111,7 @@ def _flat(args, out_dtypes, outs=None):
                    for o, r, dt in zip(outs, res, out_dtypes)]
         return flat, [o.reshape(rows, cols) for o in res], shape, res
     cols = shape[-1] if shape else 1
-    rows = int(np.prod(shape[:-1])) if len(shape) > 1 else 1
+    rows = math.prod(shape[:-1]) if len(shape) > 1 else 1
     flat = []
     for a in args:
         if isinstance(a, np.ndarray) and a.size != 1:
@@ -133,6 +134,33 @@ def _flat(args, out_dtypes, outs=None):
             o = _empty(shape, dt)
         res.append(o)
     return flat, [o.reshape(rows, cols) for o in res], shape, res
+
+
+def _broadcast_shape(args):
+    """The operands' broadcast shape (NumPy's rule; no call into it where every array operand
+    has one shape, as in most rules' passes)."""
+    shape = None
+    for a in args:
+        if isinstance(a, np.ndarray):
+            if shape is None:
+                shape = a.shape
+            elif a.shape != shape:
+                return np.broadcast_shapes(*[np.shape(b) for b in args])
+        elif not isinstance(a, (float, int, np.generic)):
+            return np.broadcast_shapes(*[np.shape(b) for b in args])
+    return () if shape is None else shape
+
+
+def _in_order(args, shape):
+    """Every array operand is C-contiguous and of the full ``shape`` or a contiguous row of
+    its last axis (a bias), or has one element: the last-axis layout takes them in place."""
+    cols = shape[-1] if shape else 1
+    for a in args:
+        if isinstance(a, np.ndarray) and a.size != 1 and not (
+                a.flags.c_contiguous and (a.shape == shape or (
+                    a.size == cols and a.shape[-1] == cols))):
+            return False
+    return True
 
 
 def _empty(shape, dt):
