@@ -366,7 +366,6 @@ def _rsqrt(x, z):
 _EV64 = {"exp": _exp, "exp2": _exp2, "expm1": _expm1, "log": _log, "log2": _log2,
          "log1p": _log1p, "tanh": _tanh, "sigmoid": _sigmoid, "sinh": _sinh, "cosh": _cosh,
          "rsqrt": _rsqrt}
-FUNCTIONS64 = tuple(_EV64)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -392,6 +391,10 @@ def _make_kernel(ev):
     return kernel
 
 
+from fpx.kernels.crmath64_trig import EVALUATORS as _TRIG  # noqa: E402 (uses the helpers above)
+
+_EV64.update(_TRIG)
+FUNCTIONS64 = tuple(_EV64)
 _KERNELS: dict = {}
 
 

@@ -1,0 +1,306 @@
+"""Correctly rounded float64 sin, cos, tan, atan and atan2: double-double evaluators for
+:mod:`fpx.kernels.crmath64`'s rounding test and kernel skeleton (same ``(hi, lo, eps)`` contract).
+
+sin/cos/tan: Cody-Waite reduction ``|x| = k·pi/2 + r`` with pi/2 in four float64 parts (every
+product exact by two_prod) for ``|x| < 2^28``; larger arguments are left to MPFR. Then ``r = c
++ t``, ``c = j/64``, tables of sin/cos(c) in double-double and Taylor series in ``t`` (|t| <=
+2^-7). atan: ``atan(u) = atan(c) + atan((u - c)/(1 + u·c))``, ``c = j/64`` (a table of atan(c)
+in double-double), ``1/x`` for ``|x| > 1``; atan2 reduces to the same core on min/max of
+``|y|, |x|`` and puts the quadrant back (C99 Annex F's special cases). Tables are computed at
+import with Python's decimal (60 digits) and rounded to two float64s.
+"""
+from __future__ import annotations
+
+import decimal
+import math
+
+import numba
+import numpy as np
+
+from fpx.kernels.crmath64 import (EPS, _MAGIC, _NAN, _dd_div, _fma, _series, _split,
+                                  _two_prod, _two_sum)
+
+__all__ = ["EVALUATORS"]
+
+#: arguments of sin/cos/tan at or above this magnitude are left to MPFR
+TRIG_MAX = 2.0 ** 28
+
+
+# ---------------------------------------------------------------------------------------------
+# Tables (decimal, 60 digits)
+# ---------------------------------------------------------------------------------------------
+def _d_atan_small(x, prec):
+    """atan(x) by its Taylor series, |x| <= 1/2 (the terms fall by x^2 <= 1/4 each)."""
+    s, term, n, x2 = x, x, 1, x * x
+    eps = decimal.Decimal(10) ** (-prec - 5)
+    while abs(term) > eps:
+        term = -term * x2
+        n += 2
+        s += term / n
+    return s
+
+
+def _d_atan(x, prec):
+    """atan(x), 0 <= x <= 1: the argument halved twice (atan x = 2·atan(x/(1 + sqrt(1 +
+    x^2))))."""
+    for _ in range(2):
+        x = x / (1 + (1 + x * x).sqrt())
+    return 4 * _d_atan_small(x, prec)
+
+
+def _d_sin_cos(x, prec):
+    """(sin x, cos x) by their Taylor series, |x| < 1."""
+    eps = decimal.Decimal(10) ** (-prec - 5)
+    s = c = decimal.Decimal(0)
+    term, n = decimal.Decimal(1), 0
+    while abs(term) > eps or n < 2:
+        if n % 2 == 0:
+            c += term if n % 4 == 0 else -term
+        else:
+            s += term if n % 4 == 1 else -term
+        n += 1
+        term = term * x / n
+    return s, c
+
+
+def _tables():
+    with decimal.localcontext() as ctx:
+        ctx.prec = 60
+        D = decimal.Decimal
+        pi = 16 * _d_atan_small(D(1) / 5, 60) - 4 * _d_atan_small(D(1) / 239, 60)
+        rest, parts = pi / 2, []
+        for _ in range(4):                   # pi/2 = P1 + P2 + P3 + P4 + O(2^-210)
+            parts.append(float(rest))
+            rest -= D(parts[-1])
+        sc = [_d_sin_cos(D(j) / 64, 60) for j in range(53)]
+        sin_t = np.array([_split(s) for s, _ in sc])
+        cos_t = np.array([_split(c) for _, c in sc])
+        atan_t = np.array([_split(_d_atan(D(j) / 64, 60)) for j in range(65)])
+        return (parts, sin_t[:, 0].copy(), sin_t[:, 1].copy(), cos_t[:, 0].copy(),
+                cos_t[:, 1].copy(), atan_t[:, 0].copy(), atan_t[:, 1].copy(), _split(pi / 2),
+                _split(pi), float(2 / pi), float(pi / 4), float(3 * pi / 4))
+
+
+((_P1, _P2, _P3, _P4), _SIN_HI, _SIN_LO, _COS_HI, _COS_LO, _ATAN_HI, _ATAN_LO,
+ (_PIO2, _PIO2_L), (_PI, _PI_L), _TWO_OVER_PI, _PIO4_RN, _3PIO4_RN) = _tables()
+
+
+@numba.njit(inline="always")
+def _dd_add(ah, al, bh, bl):
+    """(ah + al) + (bh + bl) as (hi, lo): relative error below 2^-104 where the sum does not
+    cancel by more than a factor 2 (the only use here)."""
+    s, e = _two_sum(ah, bh)
+    return _two_sum(s, e + al + bl)
+
+
+@numba.njit(inline="always")
+def _dd_mul(ah, al, bh, bl):
+    """(ah + al)·(bh + bl) as (hi, lo), relative error below 2^-102."""
+    p, e = _two_prod(ah, bh)
+    return p, e + (ah * bl + al * bh)
+
+
+# ---------------------------------------------------------------------------------------------
+# sin, cos, tan
+# ---------------------------------------------------------------------------------------------
+@numba.njit(inline="always")
+def _reduce(a):
+    """(k, r_h, r_l, abs_err) with a = k·pi/2 + r_h + r_l, |r| <= pi/4 + 2^-40, for 0 <= a <
+    2^28. k·P1 = p1 + e1 (two_prod), a - p1 exact (both multiples of ulp(a) >= 2^-53 when k >=
+    1, the difference below 1); S = k·(pi/2 - P1) = e1 + k·P2 + k·P3 + k·P4 in double-double
+    with an absolute error below k·2^-157 (+ k·2^-210 for the truncation of pi/2), so |r -
+    (r_h + r_l)| < 2^-104·|r| + 2^-126."""
+    kf = (a * _TWO_OVER_PI + _MAGIC) - _MAGIC
+    p1, e1 = _two_prod(kf, _P1)
+    p2, e2 = _two_prod(kf, _P2)
+    p3, e3 = _two_prod(kf, _P3)
+    sh, sl = _two_sum(p2, e1)
+    sl += e2 + p3 + (e3 + kf * _P4)
+    h, l = _two_sum(a - p1, -sh)
+    rh, rl = _two_sum(h, l - sl)
+    return np.int64(kf), rh, rl, 0.0 if kf == 0.0 else 2.0 ** -126
+
+
+@numba.njit(inline="always")
+def _sin_cos_r(rh, rl):
+    """(sin r, cos r) as two double-doubles for |r| <= pi/4 + 2^-40: r = c + t, c = j/64, t
+    exact (Sterbenz) then renormalized with r_l; sin t by :func:`_series` (t - t^3/6 in
+    double-double, the tail t^5/5! .. t^11/11! as a polynomial: remainder below 2^-90·|t|),
+    cos t - 1 = -t^2/2 (double-double) + t^4·(1/4! - .. - t^6/10!) (absolute error below
+    2^-85); sin(c + t) = S_c + (S_c·(cos t - 1) + C_c·sin t), cos(c + t) = C_c + (C_c·(cos t -
+    1) - S_c·sin t) with no cancellation beyond a factor 2: relative error below 2^-78."""
+    sg = -1.0 if rh < 0 else 1.0
+    ah, al = abs(rh), sg * rl
+    j = np.int64(ah * 64.0 + 0.5)
+    th, tl = _two_sum(ah - j / 64.0, al)
+    t2 = th * th
+    tail = th * (1.0 / 120.0 - t2 * (1.0 / 5040.0 - t2 * (1.0 / 362880.0 - t2 / 39916800.0)))
+    sth, stl = _series(th, tl, 0.0, -6.0, tail)
+    qh, ql = _two_prod(th, th)
+    ql += 2.0 * th * tl
+    q4 = qh * qh * (1.0 / 24.0 - qh * (1.0 / 720.0 - qh * (1.0 / 40320.0 - qh / 3628800.0)))
+    mh, ml = _two_sum(-0.5 * qh, q4)
+    ml -= 0.5 * ql
+    s_h, s_l, c_h, c_l = _SIN_HI[j], _SIN_LO[j], _COS_HI[j], _COS_LO[j]
+    ah1, al1 = _dd_mul(s_h, s_l, mh, ml)
+    bh1, bl1 = _dd_mul(c_h, c_l, sth, stl)
+    ah2, al2 = _dd_mul(c_h, c_l, mh, ml)
+    bh2, bl2 = _dd_mul(s_h, s_l, sth, stl)
+    uh, ul = _dd_add(ah1, al1, bh1, bl1)
+    vh, vl = _dd_add(ah2, al2, -bh2, -bl2)
+    sh, sl = _dd_add(s_h, s_l, uh, ul)
+    ch, cl = _dd_add(c_h, c_l, vh, vl)
+    return sg * sh, sg * sl, ch, cl
+
+
+@numba.njit(inline="always")
+def _trig(x, which):
+    """(hi, lo, eps) of sin (which 0), cos (1) or tan (2) at a finite x, 2^-27 <= |x| <
+    2^28: the quadrant k & 3 picks ±sin r or ±cos r; the reduction's absolute error e
+    becomes a relative e/|r| (|r cot r|, |r tan r| <= 1 on |r| <= pi/4; doubled for tan)."""
+    a = abs(x)
+    k, rh, rl, err = _reduce(a)
+    sh, sl, ch, cl = _sin_cos_r(rh, rl)
+    q = k & 3
+    if which == 1:
+        q += 1
+    odd = (q & 1) == 1
+    neg = (q & 2) == 2
+    if which == 2:
+        nh, nl, dh, dl = (ch, cl, -sh, -sl) if odd else (sh, sl, ch, cl)
+        hi, lo = _dd_div(nh, nl, dh, dl)
+        neg = False
+    else:
+        hi, lo = (ch, cl) if odd else (sh, sl)
+    flip = neg if which == 1 else (x < 0) != neg         # cos is even, sin and tan odd
+    if flip:
+        hi, lo = -hi, -lo
+    return hi, lo, (3.0 if which == 2 else 1.0) * EPS + 2.0 * err / abs(rh)
+
+
+@numba.njit(inline="always")
+def _trig_ev(x, which):
+    """The special cases around :func:`_trig`: NaN/inf -> NaN; |x| < 2^-27: sin x and tan x
+    round to x, cos x to 1 (x^2/3 and x^2/2 below 2^-54, under half an ulp); |x| >= 2^28:
+    undecided (hi = 0 with eps > 0 fails the test)."""
+    a = abs(x)
+    fin = a < math.inf
+    small = a < 2.0 ** -27
+    ok = fin and not small and a < TRIG_MAX
+    hi, lo, eps = _trig(x if ok else 1.0, which)
+    if ok:
+        return hi, lo, eps
+    if not fin:
+        return _NAN, 0.0, 0.0
+    if small:
+        return (1.0 if which == 1 else x), 0.0, 0.0
+    return 0.0, 0.0, EPS
+
+
+@numba.njit(inline="always")
+def _sin(x, z):
+    return _trig_ev(x, 0)
+
+
+@numba.njit(inline="always")
+def _cos(x, z):
+    return _trig_ev(x, 1)
+
+
+@numba.njit(inline="always")
+def _tan(x, z):
+    return _trig_ev(x, 2)
+
+
+# ---------------------------------------------------------------------------------------------
+# atan, atan2
+# ---------------------------------------------------------------------------------------------
+@numba.njit(inline="always")
+def _atan_core(uh, ul):
+    """atan(u) as (hi, lo) for 0 <= u <= 1 (|ul| <= 2^-52·uh): c = j/64, t = (u - c)/(1 +
+    u·c) (u_h - c exact, the division in double-double: 2^-100), |t| <= 2^-7, atan t = t -
+    t^3/3 (double-double) + t^5·(1/5 - .. + t^8/13) (remainder below 2^-97·|t|); atan(c) +
+    atan(t) cancels at most by a factor 2: relative error below 2^-78."""
+    j = np.int64(uh * 64.0 + 0.5)
+    c = j / 64.0
+    nh, nl = _two_sum(uh - c, ul)
+    dh, dl = _two_prod(uh, c)
+    dh, e = _two_sum(1.0, dh)
+    th, tl = _dd_div(nh, nl, dh, e + dl + ul * c)
+    t2 = th * th
+    tail = th * (0.2 - t2 * (1.0 / 7.0 - t2 * (1.0 / 9.0 - t2 * (1.0 / 11.0 - t2 / 13.0))))
+    ah, al = _series(th, tl, 0.0, -3.0, tail)
+    return _dd_add(_ATAN_HI[j], _ATAN_LO[j], ah, al)
+
+
+@numba.njit(inline="always")
+def _atan(x, z):
+    """atan(|x|) = pi/2 - atan(1/|x|) for |x| > 1 (1/x in double-double, the residual by
+    fma exact; |x| clamped to 2^600, where pi/2 - 1/x rounds as pi/2 - 2^-600 does), the sign
+    put back; |x| < 2^-27 rounds to x (x^2/3 < 2^-54)."""
+    a = min(abs(x), 2.0 ** 600) if x == x else 0.5
+    big = a > 1.0
+    uh = 1.0 / a if big else a
+    ul = _fma(-uh, a, 1.0) / a if big else 0.0
+    vh, vl = _atan_core(uh, ul)
+    if big:
+        vh, vl = _dd_add(_PIO2, _PIO2_L, -vh, -vl)
+    sg = -1.0 if x < 0 else 1.0
+    if x != x or abs(x) < 2.0 ** -27:
+        return x, 0.0, 0.0
+    return sg * vh, sg * vl, EPS
+
+
+@numba.njit(inline="always")
+def _atan2_special(y, x):
+    """C99 Annex F's atan2(y, x) for a NaN, a zero or an infinity among y, x (else NaN is
+    not returned: the caller checks)."""
+    sg = -1.0 if np.float64(y).view(np.int64) < 0 else 1.0
+    xneg = np.float64(x).view(np.int64) < 0
+    if x != x or y != y:
+        return _NAN
+    if y == 0.0:
+        return sg * _PI if xneg else y
+    if abs(y) == math.inf:
+        if abs(x) == math.inf:
+            return sg * (_3PIO4_RN if xneg else _PIO4_RN)
+        return sg * _PIO2
+    if x == 0.0:
+        return sg * _PIO2
+    return sg * _PI if xneg else sg * 0.0          # x = ±inf, y finite
+
+
+@numba.njit(inline="always")
+def _atan2(y, x):
+    """atan2(y, x): u = min/max of |y|, |x| (both scaled by 2^-e, e = max's exponent, so the
+    fma residual of u = a/b is exact), v = atan(u) by :func:`_atan_core`, pi/2 - v where |y|
+    > |x|, pi - that where x < 0 (no cancellation: each result is at least pi/4), y's sign.
+    u < 2^-960: dropped where a constant dominates (pi/2 or pi: the error is below the bound),
+    undecided where the result is about u itself."""
+    ay, ax = abs(y), abs(x)
+    spec = not (0.0 < ay < math.inf and 0.0 < ax < math.inf)
+    swap = ay > ax
+    a, b = (ax, ay) if swap else (ay, ax)
+    if spec:
+        a, b = 0.5, 1.0
+    m, e = math.frexp(b)
+    a, b = math.ldexp(a, -e), m
+    uh = a / b
+    tiny = uh < 2.0 ** -960
+    ul = 0.0 if tiny else _fma(-uh, b, a) / b
+    if tiny:
+        uh = 0.0
+    vh, vl = _atan_core(uh, ul)
+    if swap:
+        vh, vl = _dd_add(_PIO2, _PIO2_L, -vh, -vl)
+    if x < 0:
+        vh, vl = _dd_add(_PI, _PI_L, -vh, -vl)
+    sg = -1.0 if y < 0 else 1.0
+    if spec:
+        return _atan2_special(y, x), 0.0, 0.0
+    if tiny and not swap and x > 0:
+        return 0.0, 0.0, EPS
+    return sg * vh, sg * vl, EPS
+
+
+EVALUATORS = {"sin": _sin, "cos": _cos, "tan": _tan, "atan": _atan, "atan2": _atan2}
