@@ -10,7 +10,7 @@ from fpx.transform import run, transformed
 from fpx.transforms.abft.gemm import model_of, param_names
 from fpx.transforms.abft.interpreter import AbftInterpreter, check_options
 from fpx.transforms.abft.sums import row_sums
-from fpx.transforms.abft.thresholds import PRESETS, paper_inputs
+from fpx.transforms.abft.thresholds import PRESETS, Info, paper_inputs, vabft
 
 __all__ = ["abft", "calibrate", "Calibration"]
 
@@ -54,13 +54,14 @@ def _unwrap(interp, x):
 # ---------------------------------------------------------------------------------------------
 class Calibration:
     """``e_max`` (the largest relative verification error seen, times ``margin``) and the
-    per-size maxima ``per_size`` {(M, K, N): max |E|/|checksum|}; pass it as ``e_max=``."""
+    per-size maxima ``per_size`` {(M, K, N): max |E| / (|checksum| or V-ABFT's threshold at
+    e_max = 1, as ``relative_to`` says)}; pass it as ``e_max=``."""
 
-    __slots__ = ("e_max", "per_size", "format", "verify", "trials")
+    __slots__ = ("e_max", "per_size", "format", "verify", "trials", "relative_to")
 
-    def __init__(self, e_max, per_size, fmt, verify, trials):
+    def __init__(self, e_max, per_size, fmt, verify, trials, relative_to="checksum"):
         self.e_max, self.per_size, self.format = e_max, per_size, fmt
-        self.verify, self.trials = verify, trials
+        self.verify, self.trials, self.relative_to = verify, trials, relative_to
 
     def __float__(self):
         return float(self.e_max)
@@ -68,7 +69,7 @@ class Calibration:
     def __repr__(self):
         sizes = ", ".join(f"{k}: {v:.3g}" for k, v in self.per_size.items())
         return (f"Calibration(e_max={self.e_max:.4g} for {self.format} {self.verify}, "
-                f"{self.trials} trials per size; max |E|/|chk| {sizes})")
+                f"{self.trials} trials per size; max |E| relative to {self.relative_to}: {sizes})")
 
 
 def _sizes(sizes):
@@ -79,35 +80,54 @@ def _sizes(sizes):
 
 
 def calibrate(dtype, sizes=(64, 128, 256, 512), trials=100, *, verify="online", output=None,
-              margin=1.2, seed=0, batch_bytes=2 ** 26):
+              margin=1.2, seed=0, batch_bytes=2 ** 26, inputs=("|N(1,1)|",), gemm=None,
+              relative_to="checksum", c_sigma=2.5):
     """Measure e_max on this machine and backend (the paper's protocol): ``trials`` GEMMs per
-    size (n or (M, K, N)) of |N(1, 1)| operands in ``dtype`` (positive, so the checksum does
-    not cancel), the largest |E| / |checksum| of the row check, times ``margin``. The GEMMs
-    run as fpx.abft runs them (the same model, BLAS and checksums), batched."""
+    size (n or (M, K, N)) and input distribution (``inputs``: names of
+    ``thresholds.paper_inputs``; the paper's |N(1, 1)|, positive so the checksum does not
+    cancel) in ``dtype``, the largest relative verification error, times ``margin``.
+    ``relative_to="checksum"``: |E| / |checksum| (the paper's Eq. 25); ``"v-abft"``: |E| over
+    V-ABFT's threshold with e_max = 1 (the e_max that threshold needed: what fpx's defaults
+    are fitted to). The GEMMs run as fpx.abft runs them (the same model and checksums),
+    batched, on NumPy's BLAS or ``gemm(A, B)`` (another library or summation order: the
+    operands in the accumulator's dtype, (G, M, K) and (G, K, N))."""
+    if relative_to not in ("checksum", "v-abft"):
+        raise ValueError(f"fpx.abft.calibrate: relative_to must be 'checksum' or 'v-abft', got "
+                         f"{relative_to!r}")
     F = formats.get(dtype)
     model = model_of(F.dtype, F.dtype, output)
     rng = np.random.default_rng(seed)
-    acc = model.acc
     offline = verify == "offline" and model.stores
-    fmt = model.out if offline else formats.get(acc)
+    fmt = model.out if offline else formats.get(model.acc)
     per = {}
     for (M, K, N) in _sizes(sizes):
-        worst, left = 0.0, int(trials)
-        per_trial = 4 * (M * K + K * N + 2 * M * N)
-        while left > 0:
-            g = max(1, min(left, batch_bytes // max(per_trial, 1)))
-            A = paper_inputs("|N(1,1)|", rng, (g, M, K)).astype(F.dtype)
-            B = paper_inputs("|N(1,1)|", rng, (g, K, N)).astype(F.dtype)
-            A, B = A.astype(acc), B.astype(acc)
-            C = np.matmul(A, B)
-            if offline:
-                C = C.astype(model.out.dtype).astype(acc)
-            s = row_sums(A, B, C)
-            chk, obs = s.chk, s.obs
-            worst = max(worst, float(np.max(np.abs(obs - chk) / np.abs(chk))))
-            left -= g
+        worst = 0.0
+        g = max(1, min(int(trials), batch_bytes // max(4 * (M * K + K * N + 2 * M * N), 1)))
+        for d in inputs:
+            left = int(trials)
+            while left > 0:
+                worst = max(worst, _worst(F, model, offline, rng, d, (min(g, left), M, K, N),
+                                          gemm, relative_to, c_sigma))
+                left -= g
         per[(M, K, N)] = worst
-    return Calibration(margin * max(per.values()), per, fmt.name, verify, int(trials))
+    return Calibration(margin * max(per.values()), per, fmt.name, verify, int(trials),
+                       relative_to)
+
+
+def _worst(F, model, offline, rng, dist, shape, gemm, relative_to, c_sigma):
+    """The largest relative verification error of one batch of clean GEMMs."""
+    g, M, K, N = shape
+    acc = model.acc
+    A = paper_inputs(dist, rng, (g, M, K)).astype(F.dtype).astype(acc)
+    B = paper_inputs(dist, rng, (g, K, N)).astype(F.dtype).astype(acc)
+    C = np.asarray(gemm(A, B) if gemm is not None else np.matmul(A, B), acc)
+    if offline:
+        C = C.astype(model.out.dtype).astype(acc)
+    s = row_sums(A, B, C, ext=relative_to == "v-abft")
+    with np.errstate(all="ignore"):
+        den = np.abs(s.chk) if relative_to == "checksum" else \
+            vabft.of(s, Info(K=K, N=N, e_max=1.0, c_sigma=c_sigma))
+        return float(np.max(np.abs(s.obs - s.chk) / den))
 
 
 class _Abft:
