@@ -326,7 +326,8 @@ F64 = formats.get("float64")
 _RANGE64 = {"exp": (-750, 750), "exp2": (-1080, 1030), "expm1": (-50, 750),
             "log": (0, 1e300), "log2": (0, 1e300), "log1p": (-1, 1e300), "tanh": (-25, 25),
             "sigmoid": (-800, 50), "sinh": (-715, 715), "cosh": (-715, 715),
-            "rsqrt": (0, 1e300)}
+            "rsqrt": (0, 1e300), "sin": (-1e6, 1e6), "cos": (-1e6, 1e6), "tan": (-1e6, 1e6),
+            "atan": (-1e4, 1e4)}
 _SPECIAL64 = np.array([0.0, -0.0, np.inf, -np.inf, np.nan, 1.0, -1.0, 2.0, 0.5, 5e-324,
                        -5e-324, 2.2250738585072014e-308, 1.7976931348623157e308, 709.782712893384,
                        709.7827128933841, -745.1332191019411, -745.1332191019412, 1024.0,
@@ -387,14 +388,14 @@ def test_float64_agrees_with_mpfr(name):
 @pytest.mark.slow
 @pytest.mark.skipif(os.environ.get("FPX_REPRODUCIBLE") != "full",
                     reason="10^5 MPFR evaluations per function: set FPX_REPRODUCIBLE=full")
-@pytest.mark.parametrize("name", sorted(crmath64.FUNCTIONS64))
+@pytest.mark.parametrize("name", sorted(set(crmath64.FUNCTIONS64) - {"atan2"}))
 def test_float64_agrees_with_mpfr_on_1e5_inputs(name):
-    """Every float64 function on 10^5 inputs (and the hard cases) against MPFR."""
+    """Every unary float64 function (atan2: tests/test_reproducible_crmath64.py) on 10^5 inputs (and the hard cases) against MPFR."""
     hard = np.array([float.fromhex(h) for h in _HARD64.get(name, [])])
     _check64(name, np.concatenate([_inputs64(name, 100_000, 7), hard]))
 
 
 def test_float64_functions_without_a_kernel_raise():
-    for name in ("sin", "pow", "erf"):
+    for name in ("pow", "erf"):
         with pytest.raises(TypeError, match=f"{name} of float64"):
             crmath.cr_apply(name, np.ones(3), F64, np.ones(3) if name == "pow" else None)
