@@ -1,4 +1,5 @@
-"""Correctly rounded float64 sin, cos, tan, atan and atan2 (fpx.kernels.crmath64_trig)
+"""Correctly rounded float64 sin, cos, tan, atan, atan2 and erf (fpx.kernels.crmath64_trig,
+crmath64_erf)
 against MPFR, and through fpx.reproducible on NumPy and torch inputs."""
 import os
 
@@ -11,11 +12,22 @@ from fpx.kernels import crmath, crmath64
 
 gmpy2 = pytest.importorskip("gmpy2")
 F64 = formats.get("float64")
-_RANGE = {"sin": 1e6, "cos": 1e6, "tan": 1e6, "atan": 1e4}
+_RANGE = {"sin": 1e6, "cos": 1e6, "tan": 1e6, "atan": 1e4, "erf": 7.0}
 _SPECIAL = np.array([0.0, -0.0, np.inf, -np.inf, np.nan, 1.0, -1.0, 5e-324, -5e-324,
                      2.2250738585072014e-308, 1.7976931348623157e308, 2.0 ** -27, 2.0 ** -26,
                      -2.0 ** -27, 2.0 ** 28, np.nextafter(2.0 ** 28, 0), 1e22, 2.0 ** 600,
                      np.pi / 4, np.pi / 2, np.pi, 1.0 + 2.0 ** -52, 1.0 / 128, 0.8125])
+
+# hard-to-round sin inputs of CORE-MATH's src/binary64/sin/sin.wc (from Lefevre's search):
+# sin(x) has 46 to 59 identical bits after the round bit
+_HARD_SIN = ["0x1.005023d32fee5p+1", "0x1.00874a5f9fc33p-13", "0x1.009ee184a02e7p-8",
+             "0x1.0192deafac33fp+0", "0x1.034c2318b3f2dp+0", "0x1.04394261cffa6p-1",
+             "0x1.043e268ba402ap+1", "0x1.05149eefb774ap-1", "0x1.0518fffe634f2p-2",
+             "0x1.057e5c72ad274p+0", "0x1.06800e629d672p-23", "0x1.06800e629d673p-23",
+             "0x1.07d5978b896fcp+0", "0x1.07edc73037d32p+1", "0x1.08c495b034a31p+0",
+             "0x1.093026e62d889p+1", "0x1.0aedf4dd4ccf8p-2", "0x1.0ba1b997d2e32p+0",
+             "0x1.0d80ff9981295p+0", "0x1.0e9f8bb095163p+1", "0x1.184a0aa58191dp-24",
+             "0x1.184a0aa581922p-24", "0x1.30c7efbee12acp-24", "0x1.45dd7c26e54bdp-24"]
 
 
 def _same(a, b):
@@ -40,8 +52,10 @@ def _inputs(name, n, seed):
     bits = rng.integers(0, 2 ** 64, q, dtype=np.uint64).view(np.float64)
     uni = rng.uniform(-_RANGE[name], _RANGE[name], q)
     small = rng.standard_normal(q) * 10.0 ** rng.uniform(-20, 3, q)
-    near = _near_multiples_of_pi_over_2(q // 4, seed) if name != "atan" else []
-    return np.concatenate([bits, uni, small, near, _SPECIAL])
+    trig = name in ("sin", "cos", "tan")
+    near = _near_multiples_of_pi_over_2(q // 4, seed) if trig else []
+    hard = [float.fromhex(h) for h in _HARD_SIN] if trig else []
+    return np.concatenate([bits, uni, small, near, hard, _SPECIAL])
 
 
 def _check(name, x, z=None):
@@ -78,12 +92,12 @@ def test_atan2_agrees_with_mpfr():
 
 
 def test_the_slow_path_is_rare_within_the_reduction_range():
-    """Below 2^28 (sin, cos, tan) and for atan everywhere, the rounding test leaves few
+    """Below 2^28 (sin, cos, tan), for atan everywhere and erf on [-8, 8], the rounding test leaves few
     elements to MPFR (about 2^-12 of them; 1% is the alarm)."""
     rng = np.random.default_rng(3)
     x = rng.uniform(-2.0 ** 28, 2.0 ** 28, 20_000)
-    for name in ("sin", "cos", "tan", "atan"):
-        _, idx = crmath64.fast(name, x, x)
+    for name in ("sin", "cos", "tan", "atan", "erf"):
+        _, idx = crmath64.fast(name, x / 2.0 ** 25 if name == "erf" else x, x)
         assert idx.size < 200, (name, idx.size)
 
 
@@ -100,11 +114,11 @@ def test_through_reproducible_on_numpy_and_torch():
                                                      y.tolist()))).all()
     torch = pytest.importorskip("torch")
     t = torch.from_numpy(x)
-    got = fpx.reproducible(lambda a: torch.sin(a) + torch.atan(a))(t)
-    assert got.dtype == torch.float64
-    want = (np.asarray(crmath.mpfr_eval("sin", x.tolist(), F64))
-            + np.asarray(crmath.mpfr_eval("atan", x.tolist(), F64)))
-    assert _same(got.numpy(), want).all()
+    got = fpx.reproducible(lambda a: (torch.sin(a), torch.erf(a / 30)))(t)
+    assert got[0].dtype == torch.float64
+    assert _same(got[0].numpy(), np.asarray(crmath.mpfr_eval("sin", x.tolist(), F64))).all()
+    want = np.asarray(crmath.mpfr_eval("erf", (x / 30).tolist(), F64))
+    assert _same(got[1].numpy(), want).all()
 
 
 @pytest.mark.slow
