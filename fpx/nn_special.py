@@ -46,24 +46,21 @@ def _digamma_tail(result, x):
                                      fnp.divide(_c(0.5, x), x)), y)
 
 
-def digamma(x):
-    """ψ(x) = Γ'(x)/Γ(x) for x > 0, in x's floating dtype, as torch's CPU kernel computes it::
+def _digamma_positive(x):
+    """The kernel's x > 0 branch (``x``: its argument there; other elements unused)::
 
         result = 0
         while x < 10:  result -= 1/x;  x += 1          (n <= 10 steps for x > 0)
         z = 1/(x*x);  y = z * polevl(z, A) if x < 1e17 else 0
         return result + log(x) - 0.5/x - y
 
-    Every step in x's dtype (torch computes float16/bfloat16 in float32 and rounds once: the
-    caller upcasts). The kernel's result is computed for every step count n = 0..10 and the
-    one of the first n with x_n >= 10 taken: where round-off leaves that comparison undecided
-    (x within a few ulps of an integer), the bound is the hull of two results that are both
-    close to ψ(x), not of two loop states. The kernel returns a stored ψ(10) where the loop
-    lands on x == 10 exactly; this computes the series there, whose bound contains that
-    constant (ψ(10) rounded once, inside the series' own round-off). Elements with x <= 0
-    (torch's reflection formula) are NaN: a bound makes no claim on them.
-    """
-    x0, xk, result = x, x, fnp.zeros_like(x)
+    The kernel's result is computed for every step count n = 0..10 and the one of the first n
+    with x_n >= 10 taken: where round-off leaves that comparison undecided (x within a few ulps
+    of an integer), the bound is the hull of two results that are both close to ψ(x), not of
+    two loop states. The kernel returns a stored ψ(10) where the loop lands on x == 10
+    exactly; this computes the series there, whose bound contains that constant (ψ(10)
+    rounded once, inside the series' own round-off)."""
+    xk, result = x, fnp.zeros_like(x)
     done, finals = [], []
     for k in range(11):
         at_least_10 = fnp.greater_equal(xk, _c(10, x))
@@ -77,7 +74,45 @@ def digamma(x):
     out = finals[-1]
     for at_least_10, final in zip(reversed(done[:-1]), reversed(finals[:-1])):
         out = fnp.where(at_least_10, final, out)
-    return fnp.where(fnp.greater(x0, _c(0, x)), out, _c(float("nan"), x))
+    return out
+
+
+def _pi_over_tan_pi(r):
+    """π / tan(π·r) of float64 r, as digamma's reflection computes it (π rounded to double)."""
+    pi = _c(math.pi, r)
+    return fnp.divide(pi, fnp.tan(fnp.multiply(pi, r)))
+
+
+pi_over_tan_pi = Composite("pi_over_tan_pi", _pi_over_tan_pi, doc="""π / tan(π·r), float64,
+    three steps: π·r and the quotient rounded, tan the C library's. Its interval rule bounds
+    it on (-1, 0), where it decreases, from the rounded π·r at the ends (no interval through
+    tan's pole at r = -1/2: the kernel's π·r is a float64 just inside it); other transforms
+    run the steps.""")
+
+
+def digamma(x):
+    """ψ(x) = Γ'(x)/Γ(x), in x's floating dtype, as torch's CPU kernel (ATen ``calc_digamma``,
+    float and double) computes it, every element::
+
+        x == ±0:                 copysign(inf, -x)
+        x < 0, x integer (-inf): NaN
+        x < 0:                   calc_digamma(1 - x) - (T)(π / tan(π·r)),  r = modf(x)
+        x > 0:                   the recurrence and series (:func:`_digamma_positive`)
+
+    1 - x and the final subtraction in x's dtype T; r (exact), π·r, tan (the C library's) and
+    the quotient in double (:data:`pi_over_tan_pi`), then rounded to T (torch computes float16/bfloat16 in float32 and
+    rounds once: the caller upcasts). The reflection's π·r is rounded, so near the poles the
+    kernel's value moves by many ulps from ψ(x); the bound holds the kernel's value there."""
+    pos = fnp.greater(x, _c(0, x))
+    neg = fnp.less(x, _c(0, x))
+    psi = _digamma_positive(fnp.where(pos, x, fnp.where(neg, fnp.subtract(_c(1, x), x),
+                                                         _c(1, x))))
+    x64 = fnp.astype(fnp.where(neg, x, _c(-0.5, x)), fnp.float64)   # (a benign stand-in)
+    cot = fnp.astype(pi_over_tan_pi(fnp.subtract(x64, fnp.trunc(x64))), _dtype(x))
+    zero = fnp.where(fnp.equal(x, _c(0, x)), fnp.divide(_c(-1, x), x), _c(float("nan"), x))
+    pole = fnp.equal(x, fnp.trunc(x))
+    reflected = fnp.where(pole, _c(float("nan"), x), fnp.subtract(psi, cot))
+    return fnp.where(pos, psi, fnp.where(neg, reflected, zero))
 
 
 def trigamma(x):

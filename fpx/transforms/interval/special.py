@@ -135,3 +135,26 @@ def _hurwitz_zeta(self, prim, q, *, s, err):
         nan = np.isnan(lo) | np.isnan(hi) | np.isinf(hi)
         zlo, zhi = np.where(nan, np.nan, zlo), np.where(nan, np.nan, zhi)
     return self.new(v, zlo, zhi, u)
+
+
+@rule("pi_over_tan_pi")
+def _pi_over_tan_pi(self, prim, r):
+    """g(r) = π/tan(π·r) of float64 r in (-1, 0) (digamma's reflection), as the kernel: p =
+    fl(π·r) is monotone in r and lies in (-π, 0), where π·cot(p) decreases; so the range is
+    [g at the upper end, g at the lower end], NumPy's float64 values there widened by the libm's
+    error, then by the kernel's tan (the policy's) and quotient roundings. A box reaching -1 or
+    0 (a pole: x near an integer) is unbounded, NaN stays NaN."""
+    v = self.value_of(prim, (r,), {})
+    lo, hi, u, _ = self.bounds(r)
+    F = self.fmt(np.float64)
+    with np.errstate(all="ignore"):
+        lo, hi = np.asarray(lo, np.float64), np.asarray(hi, np.float64)
+        glo, ghi = math.pi / np.tan(math.pi * hi), math.pi / np.tan(math.pi * lo)
+        glo, ghi = widen(np.asarray(glo, np.float64), np.asarray(ghi, np.float64), LIBM64_ULPS)
+        glo, ghi = round_bounds(glo, ghi, F, self.accuracy("tan", F), steps=1)
+        glo, ghi = round_bounds(glo, ghi, F, self.accuracy("div", F))
+        pole = (lo <= -1) | (hi >= 0)
+        glo, ghi = np.where(pole, -np.inf, glo), np.where(pole, np.inf, ghi)
+        nan = np.isnan(lo) | np.isnan(hi)
+        glo, ghi = np.where(nan, np.nan, glo), np.where(nan, np.nan, ghi)
+    return self.new(v, glo, ghi, u)
