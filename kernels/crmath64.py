@@ -394,9 +394,11 @@ def _make_kernel(ev):
 from fpx.kernels.crmath64_trig import EVALUATORS as _TRIG  # noqa: E402 (uses the helpers above)
 
 from fpx.kernels.crmath64_erf import EVALUATORS as _ERF  # noqa: E402
+from fpx.kernels.crmath64_pow import EVALUATORS as _POW  # noqa: E402
 
 _EV64.update(_TRIG)
 _EV64.update(_ERF)
+_EV64.update(_POW)
 FUNCTIONS64 = tuple(_EV64)
 _KERNELS: dict = {}
 

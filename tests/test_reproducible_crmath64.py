@@ -1,5 +1,5 @@
-"""Correctly rounded float64 sin, cos, tan, atan, atan2 and erf (fpx.kernels.crmath64_trig,
-crmath64_erf)
+"""Correctly rounded float64 sin, cos, tan, atan, atan2, erf and pow (fpx.kernels.crmath64_trig,
+crmath64_erf, crmath64_pow)
 against MPFR, and through fpx.reproducible on NumPy and torch inputs."""
 import os
 
@@ -106,12 +106,14 @@ def test_through_reproducible_on_numpy_and_torch():
     x = rng.uniform(-100, 100, 64)
     y = rng.uniform(-100, 100, 64)
     got = fpx.reproducible(lambda a, b: (np.sin(a), np.cos(a), np.tan(a), np.arctan(a),
-                                         np.arctan2(a, b)))(x, y)
+                                         np.arctan2(a, b), np.abs(a) ** (b / 20)))(x, y)
     for g, name in zip(got, ("sin", "cos", "tan", "atan")):
         assert g.dtype == np.float64
         assert _same(g, np.asarray(crmath.mpfr_eval(name, x.tolist(), F64))).all()
     assert _same(got[4], np.asarray(crmath.mpfr_eval("atan2", x.tolist(), F64,
                                                      y.tolist()))).all()
+    assert _same(got[5], np.asarray(crmath.mpfr_eval("pow", np.abs(x).tolist(), F64,
+                                                     (y / 20).tolist()))).all()
     torch = pytest.importorskip("torch")
     t = torch.from_numpy(x)
     got = fpx.reproducible(lambda a: (torch.sin(a), torch.erf(a / 30)))(t)
@@ -121,9 +123,37 @@ def test_through_reproducible_on_numpy_and_torch():
     assert _same(got[1].numpy(), want).all()
 
 
+def _pow_pairs(n, seed):
+    """pow arguments: moderate pairs, random bit patterns (mostly overflow and underflow),
+    x near 1 with large y, negative x with integer y (odd and even), small integer powers
+    (exact results), squares of 27-bit numbers (exact or midpoints), and every pair of the
+    special values (C99 Annex F's cases)."""
+    rng = np.random.default_rng(seed)
+    q = n // 6
+    m = (rng.integers(2 ** 26, 2 ** 27, q) * 2 + 1).astype(np.float64) * 2.0 ** -27
+    sp = np.concatenate([_SPECIAL, [0.5, -0.5, 3.0, -3.0, 2.0 ** 53, 2.0 ** 53 + 2, -2.0]])
+    xs, ys = np.meshgrid(sp, sp)
+    x = [rng.uniform(0, 10, q), rng.integers(0, 2 ** 64, q, dtype=np.uint64).view(np.float64),
+         1 + rng.standard_normal(q) * 10.0 ** rng.uniform(-16, -1, q),
+         -rng.integers(1, 30, q) * rng.choice([1, 0.5, 0.25], q),
+         rng.integers(1, 40, q).astype(np.float64), m, xs.ravel()]
+    y = [rng.uniform(-300, 300, q), rng.integers(0, 2 ** 64, q, dtype=np.uint64).view(np.float64),
+         rng.standard_normal(q) * 10.0 ** rng.uniform(0, 17, q),
+         rng.integers(-60, 60, q).astype(np.float64), rng.integers(-12, 12, q).astype(np.float64),
+         np.full(q, 2.0), ys.ravel()]
+    return np.concatenate(x), np.concatenate(y)
+
+
+def test_pow_agrees_with_mpfr():
+    x, y = _pow_pairs(6000, 6)
+    _check("pow", x, y)
+
+
 @pytest.mark.slow
 @pytest.mark.skipif(os.environ.get("FPX_REPRODUCIBLE") != "full",
                     reason="10^5 MPFR evaluations per function: set FPX_REPRODUCIBLE=full")
-def test_atan2_agrees_with_mpfr_on_1e5_pairs():
+def test_pow_and_atan2_agree_with_mpfr_on_1e5_pairs():
     y, x = _pairs(100_000, 5)
     _check("atan2", y, x)
+    x, y = _pow_pairs(100_000, 7)
+    _check("pow", x, y)
