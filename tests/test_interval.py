@@ -32,6 +32,7 @@ scales the number of examples (default 1: ~1 minute on one core).
 from __future__ import annotations
 
 import collections
+import contextlib
 import math
 import os
 import zlib
@@ -2693,3 +2694,27 @@ def test_point_linear_value_of_a_numpy_program_is_the_programs():
             return fnn.linear(h, w, b, bias_in_sum=in_sum)
         out = fpx.interval(f)(x)
         assert np.array_equal(out.value, f(x)) and out.contains(f(x)).all()
+
+
+def test_pair_gemm_bound_holds_on_both_engines():
+    """``engines.upper_gemm_sum`` bounds L @ M + L2 @ M2 (nonnegative factors) whether the
+    second GEMM accumulates into the first (MKL inside a torch program's run) or the
+    factors are concatenated: R·f + a is above the float64 sum (exact here: products of
+    12-bit integers) on both engines, and the two agree to the bound's own slack."""
+    pytest.importorskip("torch")
+    from fpx.kernels import blas
+    from fpx.transforms.interval import engines
+    rng = np.random.default_rng(3)
+    L, L2 = (rng.integers(0, 2 ** 12, (3, 40, 96)).astype(np.float32) for _ in range(2))
+    M = rng.integers(0, 2 ** 12, (3, 96, 24)).astype(np.float32)
+    # (a transposed view, as attention's k^T)
+    M2 = rng.integers(0, 2 ** 12, (3, 24, 96)).astype(np.float32).transpose(0, 2, 1)
+    exact = L.astype(np.float64) @ M + L2.astype(np.float64) @ M2
+    got = []
+    for mkl in (False, True):
+        with (blas.torch_gemms() if mkl else contextlib.nullcontext()):
+            R, f, a = engines.upper_gemm_sum(L, M, L2, M2, 96, True, 1.5)
+        bound = R.astype(np.float64) * f + a
+        assert np.all(bound >= 1.5 * exact)
+        got.append(bound)
+    assert np.all(np.abs(got[0] - got[1]) <= 1e-5 * got[0])

@@ -121,6 +121,28 @@ def upper_gemm(L, M, K, small, scale=1.0, add=0.0, bf16=False):
     return R, scale * (1.0 + gamma(K + 2, U64)), add
 
 
+def upper_gemm_sum(L, M, L2, M2, K, small, scale=1.0):
+    """(R, f, a) with ``scale·(L @ M + L2 @ M2) <= R·f + a`` for nonnegative factors of one
+    batch shape, K terms in each product: where the BLAS engine accumulates the second GEMM
+    into the first's result (``kernels.blas.matmul_sum``: each element one float32 sum of
+    all 2K products, in some order), no concatenated copies of the factors; elsewhere the
+    concatenated factors as one GEMM of 2K terms (``upper_gemm``)."""
+    # (a broadcast is a read-only view, which torch does not take: only where one is needed)
+    L2 = L2 if np.shape(L2) == np.shape(L) else np.broadcast_to(L2, np.shape(L))
+    M2 = M2 if np.shape(M2) == np.shape(M) else np.broadcast_to(M2, np.shape(M))
+    if small:
+        Lf, Mf, L2f, M2f = (f32_upper(z) for z in (L, M, L2, M2))
+        with np.errstate(all="ignore"):
+            R = _blas.matmul_sum(Lf, Mf, L2f, M2f)
+        if R is not None and _finite(R):
+            corr = scale / (1.0 - gamma(2 * K + 1, U32))
+            return R, corr, corr * 2 * K * 2.0 ** -150
+    cast = f32_upper if small else (lambda x: np.asarray(x, np.float64))
+    Ls = np.concatenate([cast(L), cast(L2)], axis=-1)
+    Ms = np.concatenate([cast(M), cast(M2)], axis=-2 if np.ndim(M) > 1 else 0)
+    return upper_gemm(Ls, Ms, 2 * K, small, scale)
+
+
 def upper_conv(L, W, bias, conv_params, K, scale, run, bf16):
     """(R, f, a) with ``scale·conv(L, W) (+ bias as one more term) <= R·f + a`` for
     nonnegative float32 L, W, bias: oneDNN in bfloat16 on AMX (``bf16``), else the

@@ -112,7 +112,7 @@ class _Contraction:
         self.interp, self.prim, self.K, self.params = self_, prim, K, params or {}
         self.bias = bias
 
-    def upper(self, L, M, small, scale=1.0, bias_coef=0.0, bf16=False, K=None):
+    def upper(self, L, M, small, scale=1.0, bias_coef=0.0, bf16=False):
         name = self.prim.name
         bias_term = None if self.bias is None or not bias_coef else \
             np.abs(as_f64(self.bias)) * bias_coef
@@ -123,17 +123,13 @@ class _Contraction:
         if name == "linear":
             M = np.swapaxes(M, -1, -2)
         add = 0.0 if bias_term is None else up(scale * bias_term, 2)
-        return engines.upper_gemm(L, M, self.K if K is None else K, small, scale, add,
-                                  bf16=bf16)
+        return engines.upper_gemm(L, M, self.K, small, scale, add, bf16=bf16)
 
     def upper_pair(self, L, M, L2, M2, small, scale=1.0):
-        """``upper`` of ``L @ M + L2 @ M2`` (a matmul of two intervals): one GEMM over 2K of
-        the concatenated factors (no passes over the output to add two)."""
-        cast = engines.f32_upper if small else (lambda x: np.asarray(x, np.float64))
-        Ls = np.concatenate([cast(L), cast(np.broadcast_to(L2, np.shape(L)))], axis=-1)
-        Ms = np.concatenate([cast(M), cast(np.broadcast_to(M2, np.shape(M)))],
-                            axis=-2 if np.ndim(M) > 1 else 0)
-        return self.upper(Ls, Ms, small, scale, K=2 * self.K)
+        """``upper`` of ``L @ M + L2 @ M2`` as one sum of 2K terms (``engines.upper_gemm_sum``):
+        a matmul whose right operand is an interval (a layer's weights are constants)."""
+        assert self.prim.name == "matmul", self.prim.name
+        return engines.upper_gemm_sum(L, M, L2, M2, self.K, small, scale)
 
     def _run(self, x, w, b):
         return self.interp.bind_parent(self.prim, x, w, b, **self.params)
