@@ -2,7 +2,7 @@
 :mod:`fpx.kernels.crmath64`'s rounding test and kernel skeleton (same ``(hi, lo, eps)`` contract).
 
 sin/cos/tan: Cody-Waite reduction ``|x| = k·pi/2 + r`` with pi/2 in four float64 parts (every
-product exact by two_prod) for ``|x| < 2^28``; larger arguments are left to MPFR. Then ``r = c
+product exact by two_prod) for ``|x| < 2^45``; larger arguments are left to MPFR. Then ``r = c
 + t``, ``c = j/64``, tables of sin/cos(c) in double-double and Taylor series in ``t`` (|t| <=
 2^-7). atan: ``atan(u) = atan(c) + atan((u - c)/(1 + u·c))``, ``c = j/64`` (a table of atan(c)
 in double-double), ``1/x`` for ``|x| > 1``; atan2 reduces to the same core on min/max of
@@ -23,7 +23,7 @@ from fpx.kernels.crmath64 import (EPS, _MAGIC, _NAN, _dd_div, _fma, _series, _sp
 __all__ = ["EVALUATORS"]
 
 #: arguments of sin/cos/tan at or above this magnitude are left to MPFR
-TRIG_MAX = 2.0 ** 28
+TRIG_MAX = 2.0 ** 45
 
 
 # ---------------------------------------------------------------------------------------------
@@ -105,11 +105,11 @@ def _dd_mul(ah, al, bh, bl):
 # ---------------------------------------------------------------------------------------------
 @numba.njit(inline="always")
 def _reduce(a):
-    """(k, r_h, r_l, abs_err) with a = k·pi/2 + r_h + r_l, |r| <= pi/4 + 2^-40, for 0 <= a <
-    2^28. k·P1 = p1 + e1 (two_prod), a - p1 exact (both multiples of ulp(a) >= 2^-53 when k >=
-    1, the difference below 1); S = k·(pi/2 - P1) = e1 + k·P2 + k·P3 + k·P4 in double-double
-    with an absolute error below k·2^-157 (+ k·2^-210 for the truncation of pi/2), so |r -
-    (r_h + r_l)| < 2^-104·|r| + 2^-126."""
+    """(k, r_h, r_l, abs_err) with a = k·pi/2 + r_h + r_l, |r| < 0.8, for 0 <= a < 2^45 (k =
+    round(a·2/pi) off by at most 0.02 there). k·P1 = p1 + e1 (two_prod), a - p1 exact
+    (Sterbenz for k >= 1); S = k·(pi/2 - P1) = e1 + k·P2 + k·P3 + k·P4 in double-double with
+    an absolute error below k·2^-156 (+ k·2^-210 for the truncation of pi/2), so |r - (r_h +
+    r_l)| < 2^-105·|r| + k·2^-155 (abs_err: twice that)."""
     kf = (a * _TWO_OVER_PI + _MAGIC) - _MAGIC
     p1, e1 = _two_prod(kf, _P1)
     p2, e2 = _two_prod(kf, _P2)
@@ -118,12 +118,12 @@ def _reduce(a):
     sl += e2 + p3 + (e3 + kf * _P4)
     h, l = _two_sum(a - p1, -sh)
     rh, rl = _two_sum(h, l - sl)
-    return np.int64(kf), rh, rl, 0.0 if kf == 0.0 else 2.0 ** -126
+    return np.int64(kf), rh, rl, kf * 2.0 ** -154
 
 
 @numba.njit(inline="always")
 def _sin_cos_r(rh, rl):
-    """(sin r, cos r) as two double-doubles for |r| <= pi/4 + 2^-40: r = c + t, c = j/64, t
+    """(sin r, cos r) as two double-doubles for |r| < 0.8: r = c + t, c = j/64, t
     exact (Sterbenz) then renormalized with r_l; sin t by :func:`_series` (t - t^3/6 in
     double-double, the tail t^5/5! .. t^11/11! as a polynomial: remainder below 2^-90·|t|),
     cos t - 1 = -t^2/2 (double-double) + t^4·(1/4! - .. - t^6/10!) (absolute error below
@@ -156,7 +156,7 @@ def _sin_cos_r(rh, rl):
 @numba.njit(inline="always")
 def _trig(x, which):
     """(hi, lo, eps) of sin (which 0), cos (1) or tan (2) at a finite x, 2^-27 <= |x| <
-    2^28: the quadrant k & 3 picks ±sin r or ±cos r; the reduction's absolute error e
+    2^45: the quadrant k & 3 picks ±sin r or ±cos r; the reduction's absolute error e
     becomes a relative e/|r| (|r cot r|, |r tan r| <= 1 on |r| <= pi/4; doubled for tan)."""
     a = abs(x)
     k, rh, rl, err = _reduce(a)
@@ -181,7 +181,7 @@ def _trig(x, which):
 @numba.njit(inline="always")
 def _trig_ev(x, which):
     """The special cases around :func:`_trig`: NaN/inf -> NaN; |x| < 2^-27: sin x and tan x
-    round to x, cos x to 1 (x^2/3 and x^2/2 below 2^-54, under half an ulp); |x| >= 2^28:
+    round to x, cos x to 1 (x^2/3 and x^2/2 below 2^-54, under half an ulp); |x| >= 2^45:
     undecided (hi = 0 with eps > 0 fails the test)."""
     a = abs(x)
     fin = a < math.inf
