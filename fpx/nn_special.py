@@ -185,24 +185,28 @@ def _zeta_numpy(q, *, s, err):
 
 
 hurwitz_zeta = _library_function("hurwitz_zeta", _zeta_numpy, """ζ(s, q) =
-    Σ_k (q+k)^-s of float64 q > 0 for an integer s >= 2 (cephes' Euler-Maclaurin sum, as
-    torch's and SciPy's ``zeta``), a kernel whose error is at most ``err = (relative,
-    absolute)``; interval bounds it (decreasing in q), stochastic rounds SciPy's value at
-    random, other transforms raise.""")
+    Σ_k (q+k)^-s of float64 q for an integer s >= 2 (cephes' sum, as torch's and SciPy's
+    ``zeta``: +inf at q = 0, -1, -2, ... and -inf; on the negative axis the same sum from q),
+    a kernel whose error is at most ``err = (relative, absolute, unit)`` (``unit``: the
+    roundoff unit of its sum); interval bounds it on its pieces, stochastic rounds SciPy's
+    value at random, other transforms raise.""")
 
-#: (relative, absolute) error of torch's cephes ζ per program dtype: double arithmetic
+#: (relative, absolute, unit) error of torch's cephes ζ per program dtype: double arithmetic
 #: (``acc_type``; <= 8 ulps measured vs mpmath), but a float program's first term ``pow(q, -s)``
 #: is float's (its rounding and underflow: ζ(11, 12742) came out 10 subnormal ulps low), and
-#: float16/bfloat16 programs run the whole sum in float32
-ZETA_ERR = {"float64": (16 * 2.0 ** -53, 2.0 ** -1070), "float32": (2.0 ** -22, 2.0 ** -149),
-            "half": (64 * 2.0 ** -24, 2.0 ** -144)}
+#: float16/bfloat16 programs run the whole sum in float32. For q > 0 the error is relative to
+#: ζ; for q < 0 relative to Σ|(q+k)^-s|, plus the sum's roundings (see the interval rule)
+ZETA_ERR = {"float64": (16 * 2.0 ** -53, 2.0 ** -1070, 2.0 ** -53),
+            "float32": (2.0 ** -22, 2.0 ** -149, 2.0 ** -53),
+            "half": (64 * 2.0 ** -24, 2.0 ** -144, 2.0 ** -24)}
 
 
 def polygamma(n, x, *, stored=None):
-    """ψ⁽ⁿ⁾(x) for an integer n >= 2 and x > 0 as torch's CPU kernel (ATen
-    ``calc_polygamma``): ``(-1)^(n+1) · exp(lgamma(n + 1)) · zeta(n + 1, x)`` -- n! by the C
-    library's lgamma and exp in x's dtype, ζ by cephes in double, rounded to x's dtype (to
-    ``stored`` first, in float32: torch's float16/bfloat16 kernel, whose ζ is float32)."""
+    """ψ⁽ⁿ⁾(x) for an integer n >= 2 as torch's CPU kernel (ATen ``calc_polygamma``):
+    ``(-1)^(n+1) · exp(lgamma(n + 1)) · zeta(n + 1, x)`` -- n! by the C library's lgamma and
+    exp in x's dtype, ζ by cephes in double, rounded to x's dtype (to ``stored`` first, in
+    float32: torch's float16/bfloat16 kernel, whose ζ is float32). At x = 0, -1, -2, ... and
+    -inf ζ is +inf, so ψ⁽ⁿ⁾ is +inf (n odd) or -inf (n even), as torch's; +inf gives NaN."""
     if int(n) != n or n < 2:
         raise ValueError(f"fpx.nn_special.polygamma: n must be an integer >= 2, got {n}")
     dt = fnp.float32 if stored is not None else _dtype(x)

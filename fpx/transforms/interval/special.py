@@ -117,22 +117,67 @@ def _lgamma(self, prim, x):
     return self.new(v, flo, fhi, u)
 
 
+#: SciPy's ζ at q > 0 against mpmath (<= 8 ulps measured; 16 allowed)
+_SCIPY_ZETA = 16 * 2.0 ** -53
+
+
+def _zeta(s, q, side):
+    """ζ(s, q) of float64 q > 0 by SciPy, moved by its error to a lower (side -1) or upper
+    (+1) bound; where q is a rounded float64 of an exact argument, pass its neighbour on the
+    far side (ζ decreases in q)."""
+    z = _special.zeta(float(s), q)
+    return z * (1 + side * _SCIPY_ZETA) + side * 2.0 ** -1070
+
+
+def _zeta_negative(s, lo, hi, err):
+    """[lower, upper] of the kernel's ζ(s, q) over q in [lo, hi] < 0 inside one piece (-m,
+    -m+1). With f = q + m in (0, 1), ζ(s, q) = P(f) + (-1)^s A(f): the terms past 0,
+    P = ζ(s, f) (decreasing in f), and those before, A = Σ_{j=1..m} (j - f)^-s = ζ(s, 1 - f) -
+    ζ(s, m + 1 - f) (increasing). For odd s ζ decreases in q (its derivative -s ζ(s+1, q) < 0):
+    the ends' values; for even s the sum of P's and A's ranges. The kernel's sum from q adds
+    roundings of at most ``(N + 2) unit`` (recursive summation of N <= m + 11 terms) plus its
+    series' error ``err`` and the roundings of q + k past 0 (s·96·unit), all relative to
+    Σ|terms| <= ζ(s, f) + ζ(s, 1 - f); underflowing terms ``err[1]`` each."""
+    up, down = (lambda v: np.nextafter(v, np.inf)), (lambda v: np.nextafter(v, -np.inf))
+    k = -np.floor(lo) - 1                                        # m - 1
+    h_lo, h_hi = -(lo + k), -(hi + k)                            # 1 - f at the ends (exact)
+    p_lo, p_hi = _zeta(s, up(hi + k + 1), -1), _zeta(s, down(lo + k + 1), 1)
+    a_lo = _zeta(s, h_lo, -1) - _zeta(s, down(1 - lo), 1)        # A at lo (1 - q rounded)
+    a_hi = _zeta(s, h_hi, 1) - _zeta(s, up(1 - hi), -1)          # A at hi
+    if s % 2:
+        zlo, zhi = p_lo - a_hi, p_hi - a_lo
+    else:
+        zlo, zhi = p_lo + a_lo, p_hi + a_hi
+    n = k + 14
+    slack = (p_hi + _zeta(s, h_hi, 1)) * (err[0] + (n + 96 * s) * err[2]) + n * err[1]
+    return widen(zlo - slack, zhi + slack, 8)
+
+
+
 @rule("hurwitz_zeta")
 def _hurwitz_zeta(self, prim, q, *, s, err):
-    """ζ(s, q) decreases in q > 0 (its derivative is -s·ζ(s+1, q)): [ζ(s, hi), ζ(s, lo)] by
-    SciPy (<= 8 ulps measured against mpmath; 16 allowed), widened by the kernel's error
-    ``err`` (relative, absolute). A box reaching q <= 0 (poles, the negative axis) is
-    unbounded; q = ±inf and NaN give NaN (torch's kernel: inf·0 in its tail)."""
+    """ζ(s, q) of an integer s >= 2. On q > 0 it decreases (its derivative is -s·ζ(s+1, q)):
+    [ζ(s, hi), ζ(s, lo)] by SciPy, widened by the kernel's error ``err`` (relative,
+    absolute). On a piece (-m, -m+1) of the negative axis: :func:`_zeta_negative`. A box
+    holding one of the poles 0, -1, -2, ... is unbounded, a pole itself (and -inf) is +inf as
+    the kernel's; q = +inf and NaN give NaN (torch's kernel: inf·0 in its tail)."""
     v = self.value_of(prim, (q,), {"s": s, "err": err})
     lo, hi, u, _ = self.bounds(q)
     with np.errstate(all="ignore"):
+        lo, hi = np.asarray(lo, np.float64), np.asarray(hi, np.float64)
+        pos = lo > 0
         zlo, zhi = _special.zeta(float(s), hi), _special.zeta(float(s), lo)
-        r, a = err[0] + 16 * 2.0 ** -53, err[1] + 2.0 ** -1070
-        zlo, zhi = zlo * (1 - r) - a, zhi * (1 + r) + a
-        zlo, zhi = widen(np.maximum(zlo, 0.0), zhi, 2)
-        reach = np.asarray(lo <= 0)
-        zlo, zhi = np.where(reach, -np.inf, zlo), np.where(reach, np.inf, zhi)
-        nan = np.isnan(lo) | np.isnan(hi) | np.isinf(hi)
+        r, a = err[0] + _SCIPY_ZETA, err[1] + 2.0 ** -1070
+        zlo, zhi = widen(np.maximum(zlo * (1 - r) - a, 0.0), zhi * (1 + r) + a, 2)
+        pole = ~pos & (np.ceil(lo) <= np.minimum(np.floor(hi), 0.0))
+        neg = ~pos & ~pole & (hi < 0)
+        if np.any(neg):
+            nlo, nhi = _zeta_negative(s, np.where(neg, lo, -0.5), np.where(neg, hi, -0.5), err)
+            zlo, zhi = np.where(neg, nlo, zlo), np.where(neg, nhi, zhi)
+        at_pole = pole & (lo == hi)
+        zlo = np.where(pole, np.where(at_pole, np.inf, -np.inf), zlo)
+        zhi = np.where(pole, np.inf, zhi)
+        nan = np.isnan(lo) | np.isnan(hi) | (hi == np.inf)
         zlo, zhi = np.where(nan, np.nan, zlo), np.where(nan, np.nan, zhi)
     return self.new(v, zlo, zhi, u)
 
