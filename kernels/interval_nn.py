@@ -1,4 +1,4 @@
-"""Row kernels of the interval transform's softmax and layer-norm rules (numba, IEEE
+"""Row kernels of the interval transform's softmax, layer-norm and attention rules (numba, IEEE
 round-to-nearest, no fastmath): each row is read into cache once and bounded in a few passes,
 where the rules' decompositions made ~25 passes over the whole block. The derivations are in
 the rules' docstrings (``fpx/transforms/interval/nn.py``); the elementwise and ball kernels
@@ -6,7 +6,8 @@ they share are in :mod:`fpx.kernels.interval`.
 
 * ``softmax_bounds``: the monotone bound of softmax over a box, row by row (with the
   log-domain bound where every shifted exp underflows);
-* ``layer_norm_bounds``: layer norm over a box, coupling the row's mean and variance.
+* ``layer_norm_bounds``: layer norm over a box, coupling the row's mean and variance;
+* ``ball_inside``: attention's test whether a hull can tighten a block of balls.
 """
 from __future__ import annotations
 
@@ -414,3 +415,31 @@ def layer_norm_bounds(v, lo, hi, w, b, eps_lo, eps_hi, g_mu, g_v, g_out, d_op, d
                              (n + 4) * 2.0 ** -53 / (1 - (n + 4) * 2.0 ** -53), float(top),
                              float(lim), wb_max, ylo, yhi)
     return ylo, yhi, n_bad
+
+
+@numba.njit(cache=True, error_model="numpy")
+def _inside_loop(v, r, lo, hi):
+    full = lo.shape[1] != 1
+    for b in range(v.shape[0]):
+        for i in range(v.shape[1]):
+            k = i if full else 0
+            for j in range(v.shape[2]):
+                vv = np.float64(v[b, i, j])
+                w = np.float64(r[b, i, j]) * (1 + 2.0 ** -40) + 1e-300
+                if not ((vv - w >= lo[b, k, j]) & (vv + w <= hi[b, k, j])):   # (NaN: False)
+                    return False
+    return True
+
+
+def ball_inside(v, r, lo, hi):
+    """Is every ball ``|y - v| <= r`` of an (..., L, E) block (widened by far more than its
+    box conversion's own rounding) inside [lo, hi], given per block row (..., L, E) or per
+    block (..., 1, E)? One pass that stops at the first ball outside: the attention rule's
+    test whether its hull of v's rows can tighten the bound at all."""
+    shape = np.shape(v)
+    lead = shape[:-2]
+    v3 = np.reshape(v, (-1,) + shape[-2:])
+    r3 = np.reshape(np.broadcast_to(r, shape), v3.shape)
+    lo3, hi3 = (np.reshape(np.broadcast_to(np.asarray(z, np.float64), lead + np.shape(z)[-2:]),
+                           (-1,) + np.shape(z)[-2:]) for z in (lo, hi))
+    return bool(_inside_loop(v3, r3, lo3, hi3))

@@ -2718,3 +2718,30 @@ def test_pair_gemm_bound_holds_on_both_engines():
         assert np.all(bound >= 1.5 * exact)
         got.append(bound)
     assert np.all(np.abs(got[0] - got[1]) <= 1e-5 * got[0])
+
+
+def test_ball_inside_is_numpys_elementwise_test():
+    """``ball_inside`` (attention's hull test, one compiled pass) says what the elementwise
+    NumPy test says -- per-block and per-row hulls, broadcast leading dims, NaN (never
+    inside) -- on balls placed inside, across and outside random hulls."""
+    rng = np.random.default_rng(5)
+
+    def numpy_test(v, r, lo, hi):
+        with np.errstate(invalid="ignore"):
+            v, w = np.asarray(v, np.float64), np.asarray(r, np.float64) * (1 + 2.0 ** -40) + 1e-300
+            return bool(np.all(v - w >= lo) and np.all(v + w <= hi))
+    seen = set()
+    for trial in range(60):
+        v = rng.standard_normal((2, 3, 5, 4)).astype(np.float32)
+        r = np.abs(rng.standard_normal(v.shape)).astype(np.float32) * 10.0 ** rng.integers(-8, 0)
+        per_row = trial % 2 == 0
+        shape = v.shape if per_row else (1, 3, 1, 4)       # (one head-shared hull per block)
+        lo, hi = np.full(shape, -3.0), np.full(shape, 3.0)
+        if trial % 3 == 1:
+            hi.flat[rng.integers(hi.size)] = -10.0          # one ball outside
+        if trial % 7 == 3:
+            v.flat[rng.integers(v.size)] = np.nan
+        want = numpy_test(v, r, lo, hi)
+        assert KN.ball_inside(v, r, lo, hi) == want
+        seen.add(want)
+    assert seen == {True, False}

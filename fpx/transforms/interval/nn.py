@@ -262,21 +262,13 @@ def _v_hull(self, out, v, taken, slo):
         hhi = mx + e
         hlo = hlo - uo * np.abs(hlo) - Fo.smallest_subnormal
         hhi = hhi + uo * np.abs(hhi) + Fo.smallest_subnormal
-        if out.rad is not None and _ball_inside(ov, out.rad, hlo, hhi):
+        if out.rad is not None and _KN.ball_inside(ov, out.rad, hlo, hhi):
             return out          # the hull cannot tighten it: keep the ball (no box made)
         olo, ohi, ou, _ = self.bounds(out)
         live = np.isfinite(hlo) & np.isfinite(hhi)      # a row with a key taken
         lo = np.where(live, np.fmax(olo, hlo), olo)
         hi = np.where(live, np.fmin(ohi, hhi), ohi)
     return self.new(out.primal, lo, hi, ou)
-
-
-def _ball_inside(v, r, lo, hi):
-    """Is every ball ``|y - v| <= r`` (widened by far more than its box conversion's own
-    rounding) inside [lo, hi]? Only decides whether intersecting can tighten anything."""
-    with np.errstate(invalid="ignore", over="ignore"):
-        v, w = np.asarray(v, np.float64), np.asarray(r, np.float64) * (1 + 2.0 ** -40) + 1e-300
-        return bool(np.all(v - w >= lo) and np.all(v + w <= hi))
 
 
 def _broadcasts_to(shape, target):
