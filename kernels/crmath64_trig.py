@@ -17,7 +17,7 @@ import math
 import numba
 import numpy as np
 
-from fpx.kernels.crmath64 import (EPS, _MAGIC, _NAN, _dd_div, _fma, _series, _split,
+from fpx.kernels.crmath64 import (EPS, _MAGIC, _NAN, _dd_div, _fma, _pow2, _series, _split,
                                   _two_prod, _two_sum)
 
 __all__ = ["EVALUATORS"]
@@ -272,8 +272,8 @@ def _atan2_special(y, x):
 
 @numba.njit(inline="always")
 def _atan2(y, x):
-    """atan2(y, x): u = min/max of |y|, |x| (both scaled by 2^-e, e = max's exponent, so the
-    fma residual of u = a/b is exact), v = atan(u) by :func:`_atan_core`, pi/2 - v where |y|
+    """atan2(y, x): u = min/max of |y|, |x| (both scaled by a power of two taking the max to
+    [1, 4), so the fma residual of u = a/b is exact wherever u >= 2^-960), v = atan(u) by :func:`_atan_core`, pi/2 - v where |y|
     > |x|, pi - that where x < 0 (no cancellation: each result is at least pi/4), y's sign.
     u < 2^-960: dropped where a constant dominates (pi/2 or pi: the error is below the bound),
     undecided where the result is about u itself."""
@@ -283,8 +283,10 @@ def _atan2(y, x):
     a, b = (ax, ay) if swap else (ay, ax)
     if spec:
         a, b = 0.5, 1.0
-    m, e = math.frexp(b)
-    a, b = math.ldexp(a, -e), m
+    if b < 2.0 ** -1000:                               # exact: scaling up
+        a, b = a * 2.0 ** 600, b * 2.0 ** 600
+    sc = _pow2(1023 - (np.float64(b).view(np.int64) >> 52))   # b·sc in [1, 4)
+    a, b = a * sc, b * sc
     uh = a / b
     tiny = uh < 2.0 ** -960
     ul = 0.0 if tiny else _fma(-uh, b, a) / b
