@@ -594,14 +594,21 @@ def test_fused_and_plain_checks_agree_on_thresholds_and_detections(threshold):
     C[3, 0, 23] *= 64.0
     f32 = formats.get("float32")
     out = {}
-    for kernel in ("fused", "numpy"):
+    tfun = thresholds.resolve(threshold)
+    for kernel, early in (("fused", False), ("numpy", False), ("fused", True)):
         info = thresholds.Info(fmt=f32, acc=f32, out=f32, verify="online", c_sigma=2.5,
                                e_max=thresholds.e_max_for(None, f32, 128, 24))
-        Ck = C.copy()
-        st, _ = check.check(A, B, Ck, tfun=thresholds.resolve(threshold), info=info,
-                            checksums="both", correct=True, out=None, kernel=kernel)
-        out[kernel] = (st, Ck)
-    (sf, cf), (sp, cp) = out["fused"], out["numpy"]
+        Ck = C.copy()           # early: the operands' sums taken before (as fpx.abft does)
+        pre = check.prepare(A, B, tfun=tfun, checksums="both", kernel=kernel) if early \
+            else None
+        st, _ = check.check(A, B, Ck, tfun=tfun, info=info, checksums="both", correct=True,
+                            out=None, kernel=kernel, pre=pre)
+        out[kernel, early] = (st, Ck)
+    (se, ce) = out["fused", True]
+    (sf, cf), (sp, cp) = out["fused", False], out["numpy", False]
+    assert (se.detected, se.corrected, se.threshold, se.residual, sorted(se.locations)) == \
+        (sf.detected, sf.corrected, sf.threshold, sf.residual, sorted(sf.locations))
+    assert np.array_equal(ce, cf)
     assert sf.detected == sp.detected        # the row check finds and corrects both faults
     assert sf.detected == 2 or threshold == "rigorous"
     assert sorted(sf.locations) == sorted(sp.locations) and sf.corrected == sp.corrected

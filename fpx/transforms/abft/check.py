@@ -21,10 +21,10 @@ from __future__ import annotations
 
 import numpy as np
 
-from fpx.transforms.abft.sums import row_sums
+from fpx.transforms.abft.sums import input_sums, output_sums, row_sums
 from fpx.transforms.abft.thresholds import Info
 
-__all__ = ["check"]
+__all__ = ["check", "prepare"]
 
 
 class _Stats:
@@ -56,12 +56,17 @@ def _rows(A, B, C, **kw):
         _rows_checked(A, B, C, **kw)
 
 
-def _rows_checked(A, B, C, *, tfun, info, correct, out, st, transpose, kernel):
+def _needs(tfun, dtype):
+    """The statistics a threshold evaluates from the sums (none for integers and callables)."""
+    return getattr(tfun, "needs", {}) if dtype.kind == "f" and hasattr(tfun, "of") else {}
+
+
+def _rows_checked(A, B, C, *, tfun, info, correct, out, st, transpose, kernel, pre=None):
     G, M, N = C.shape
     K = A.shape[-1]
     exact = C.dtype.kind in "iu"
     of = None if exact else getattr(tfun, "of", None)
-    s = row_sums(A, B, C, kernel=kernel, **(getattr(tfun, "needs", {}) if of else {}))
+    s = output_sums(pre or input_sums(A, B, kernel=kernel, **_needs(tfun, C.dtype)), C)
     chk, obs = np.broadcast_to(s.chk, (G, M)), s.obs
     if exact:
         D = (obs - chk).astype(np.float64)
@@ -86,7 +91,7 @@ def _rows_checked(A, B, C, *, tfun, info, correct, out, st, transpose, kernel):
         st.sum_t += float(Tg.sum())
         st.sum_e += float(Eg.sum())
     if ok.any():
-        st.threshold = max(st.threshold, float(np.nanmax(np.where(ok, T, 0.0))))
+        st.threshold = max(st.threshold, float(np.fmax.reduce(T, None, where=ok, initial=0.0)))
     if bad.any():
         s2 = row_sums(A, B, C, weighted=True, kernel=kernel)
         _fix(A, B, C, s2, D, T, bad, fin, correct=correct, out=out, st=st, transpose=transpose)
@@ -134,26 +139,47 @@ def _passes(row, target, t, exact) -> bool:
     return bool(np.isfinite(e) and e <= t)
 
 
-def check(A, B, C, *, tfun, info: Info, checksums, correct, out, kernel="fused"):
+def _plan(checksums, M, N):
+    """The checks that run: rows; columns where rows cannot check (``"auto"``)."""
+    if checksums == "auto":
+        checksums = "row" if N >= 2 else "column"
+    return tuple(k for k, n in (("row", N), ("column", M))
+                 if checksums in (k, "both") and n >= 2)
+
+
+def _sides(A, B):
+    """{check: its (A, B)}: the column check is the row check of C^T = B^T A^T."""
+    return {"row": (A, B), "column": tuple(np.swapaxes(x, -1, -2) for x in (B, A))}
+
+
+def prepare(A, B, *, tfun, checksums, kernel="fused"):
+    """The operands' sums of the checks :func:`check` will run on C = A @ B (``pre=``),
+    computed before the GEMM: its passes over A and B then do not follow the BLAS call, whose
+    worker threads keep spinning for a while after it. None where nothing is checked."""
+    M, K, N = A.shape[-2], A.shape[-1], B.shape[-1]
+    if M * N == 0 or K == 0:
+        return None
+    sides = _sides(A, B)
+    return {k: input_sums(*sides[k], kernel=kernel, **_needs(tfun, A.dtype))
+            for k in _plan(checksums, M, N)}
+
+
+def check(A, B, C, *, tfun, info: Info, checksums, correct, out, kernel="fused", pre=None):
     """Verify (and correct in place) C = A @ B; ``out``: the output dtype whose values C holds
     (offline verification of a rounded output), else None; ``kernel``: the sums' passes,
-    "fused" (numba) or "numpy" (:mod:`.sums`). Returns (stats, checks run)."""
+    "fused" (numba) or "numpy" (:mod:`.sums`); ``pre``: :func:`prepare`'s operand sums (of
+    the same A, B, checksums and threshold), else computed here. Returns (stats, checks
+    run)."""
     st = _Stats()
     G, M, N = C.shape
     if C.size == 0 or A.shape[-1] == 0:           # nothing to check, or an exact zero sum
         return st, ()
     if correct and not C.flags.writeable:
         raise ValueError("fpx.abft: internal: the GEMM result is read-only")
-    done = []
-    if checksums == "auto":                       # rows; columns where rows cannot check
-        checksums = "row" if N >= 2 else "column"
-    if checksums in ("row", "both") and N >= 2:
-        _rows(A, B, C, tfun=tfun, info=info, correct=correct, out=out, st=st, transpose=False,
-              kernel=kernel)
-        done.append("row")
-    if checksums in ("column", "both") and M >= 2:
-        At, Bt, Ct = (np.swapaxes(x, -1, -2) for x in (B, A, C))
-        _rows(At, Bt, Ct, tfun=tfun, info=info, correct=correct, out=out, st=st,
-              transpose=True, kernel=kernel)
-        done.append("column")
-    return st, tuple(done)
+    done = _plan(checksums, M, N)
+    sides = _sides(A, B)
+    for k in done:
+        Ck = C if k == "row" else np.swapaxes(C, -1, -2)
+        _rows(*sides[k], Ck, tfun=tfun, info=info, correct=correct, out=out, st=st,
+              transpose=k == "column", kernel=kernel, pre=pre and pre.get(k))
+    return st, done

@@ -119,6 +119,10 @@ def _gemm_rule(self, prim, a, b, **params):
         self.report.gemms.append(_record(site, va, vb, res, model, self.verify, (), None, ()))
         return Tracer(self, res)
     acc = model.acc
+    G = int(np.prod(bshape, dtype=np.int64))
+    A3 = batch3(A if A.dtype == acc else A.astype(acc), bshape, M, K)
+    B3 = batch3(B if B.dtype == acc else B.astype(acc), bshape, K, N)
+    pre = _check.prepare(A3, B3, tfun=self.tfun, checksums=self.checksums)
     C = np.asarray(concrete(self.bind_parent(
         GEMM, A, B, acc=acc, out=model.out.dtype if model.stores else None, site=site)))
     offline = self.verify == "offline" and model.stores
@@ -127,9 +131,7 @@ def _gemm_rule(self, prim, a, b, **params):
         Cv = Cv.astype(acc)
     else:
         Cv = C if C.flags.writeable and C.flags.c_contiguous else np.ascontiguousarray(C).copy()
-    C3 = Cv.reshape((int(np.prod(bshape, dtype=np.int64)), M, N))
-    A3 = batch3(A if A.dtype == acc else A.astype(acc), bshape, M, K)
-    B3 = batch3(B if B.dtype == acc else B.astype(acc), bshape, K, N)
+    C3 = Cv.reshape((G, M, N))
     info = None
     if model.kind == "float":
         accf = formats.get(acc)
@@ -139,7 +141,7 @@ def _gemm_rule(self, prim, a, b, **params):
                     c_sigma=self.c_sigma)
     st, checks = _check.check(A3, B3, C3, tfun=self.tfun, info=info, checksums=self.checksums,
                               correct=self.correct,
-                              out=model.out.dtype if offline else None)
+                              out=model.out.dtype if offline else None, pre=pre)
     if model.stores and not offline:
         res = np.asarray(concrete(self.bind_parent(STORE, Cv, to=model.out.dtype, site=site)))
     else:
@@ -154,7 +156,7 @@ def _gemm_rule(self, prim, a, b, **params):
 
 
 def _record(site, va, vb, res, model, verify, checks, st, bshape):
-    fmt = (lambda f: getattr(f, "name", str(f)))
+    fmt = (lambda f: f.name if hasattr(f, "name") else str(f))
     locs = []
     if st is not None:
         for g, i, j in sorted(set(st.locations)):

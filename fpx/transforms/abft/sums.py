@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import numpy as np
 
-__all__ = ["Sums", "row_sums", "KERNELS"]
+__all__ = ["Sums", "row_sums", "input_sums", "output_sums", "KERNELS"]
 
 KERNELS = ("fused", "numpy")
 
@@ -28,10 +28,11 @@ KERNELS = ("fused", "numpy")
 class Sums:
     """One row check's sums (see the module docstring); None where not computed. ``b*``:
     (Gb, K); ``a_*``: (Ga or G', M); ``chk*``, ``P``, ``Q``: (G', M), G' = max(Ga, Gb);
-    ``obs*``, ``R``: (G, M). Float data: float64; integers: the accumulator's dtype."""
+    ``obs*``, ``R``: (G, M). Float data: float64; integers: the accumulator's dtype.
+    ``kernel``, ``weighted``, ``absolute``, ``dtype``: how :func:`input_sums` made them."""
 
     __slots__ = ("b1", "b2", "chk", "chk2", "obs", "obs2", "a_sum", "a_max", "a_min",
-                 "b_max", "b_min", "rb", "P", "Q", "R")
+                 "b_max", "b_min", "rb", "P", "Q", "R", "kernel", "weighted", "absolute", "dtype")
 
     def __init__(self, **kw):
         for k in self.__slots__:
@@ -41,17 +42,36 @@ class Sums:
 def row_sums(A, B, C, *, weighted=False, ext=False, absolute=False, kernel="fused") -> Sums:
     """The r1 checksums of the row check of C = A @ B, plus the r2 ones (``weighted``: what
     locates a fault), the extrema and sums of A and B (``ext``) and the absolute sums
-    (``absolute``), by ``kernel`` ("fused" or "numpy")."""
+    (``absolute``), by ``kernel`` ("fused" or "numpy"): :func:`input_sums` then
+    :func:`output_sums`."""
+    s = input_sums(A, B, weighted=weighted, ext=ext, absolute=absolute, kernel=kernel)
+    return output_sums(s, C)
+
+
+def input_sums(A, B, *, weighted=False, ext=False, absolute=False, kernel="fused") -> Sums:
+    """The operands' part of :func:`row_sums` (b*, chk*, a_*, P, Q): computable before the
+    GEMM runs, from the operands it reads."""
     if kernel not in KERNELS:
         raise ValueError(f"fpx.abft: kernel must be one of {KERNELS}, got {kernel!r}")
-    if not (A.dtype == B.dtype == C.dtype) or A.dtype.kind not in "fiu":
-        raise TypeError(f"fpx.abft: checksums of {A.dtype} @ {B.dtype} -> {C.dtype}: the "
-                        "operands and result must share one float or 64-bit integer dtype")
-    exact = C.dtype.kind in "iu"
-    if exact and (ext or absolute):
+    if not A.dtype == B.dtype or A.dtype.kind not in "fiu":
+        raise TypeError(f"fpx.abft: checksums of {A.dtype} @ {B.dtype}: the operands must "
+                        "share one float or 64-bit integer dtype")
+    if A.dtype.kind in "iu" and (ext or absolute):
         raise ValueError("fpx.abft: integer GEMMs are checked exactly: no statistics")
     with np.errstate(all="ignore"):
-        return (_fused if kernel == "fused" else _plain)(A, B, C, weighted, ext, absolute)
+        s = (_fused_in if kernel == "fused" else _plain_in)(A, B, weighted, ext, absolute)
+    s.kernel, s.weighted, s.absolute, s.dtype = kernel, weighted, absolute, A.dtype
+    return s
+
+
+def output_sums(s: Sums, C) -> Sums:
+    """``s`` (from :func:`input_sums`) completed with C's sums (obs, obs2, R), in place."""
+    if C.dtype != s.dtype:
+        raise TypeError(f"fpx.abft: checksums of {s.dtype} @ {s.dtype} -> {C.dtype}: the "
+                        "operands and result must share one float or 64-bit integer dtype")
+    with np.errstate(all="ignore"):
+        (_fused_out if s.kernel == "fused" else _plain_out)(s, C)
+    return s
 
 
 def _acc(dt):
@@ -67,14 +87,13 @@ def _gemv(X, w):
     return np.einsum("...rl,...l->...r", X.astype(w.dtype, copy=False), w)
 
 
-def _plain(A, B, C, weighted, ext, absolute):
-    acc = _acc(C.dtype)
+def _plain_in(A, B, weighted, ext, absolute):
+    acc = _acc(A.dtype)
     b1 = B.sum(axis=-1, dtype=acc)
-    s = Sums(b1=b1, chk=_gemv(A, b1), obs=C.sum(axis=-1, dtype=acc))
+    s = Sums(b1=b1, chk=_gemv(A, b1))
     if weighted:
-        r2 = np.arange(1, C.shape[-1] + 1, dtype=acc)
-        s.b2 = _gemv(B, r2)
-        s.chk2, s.obs2 = _gemv(A, s.b2), _gemv(C, r2)
+        s.b2 = _gemv(B, np.arange(1, B.shape[-1] + 1, dtype=acc))
+        s.chk2 = _gemv(A, s.b2)
     if ext:
         s.a_sum = A.sum(axis=-1, dtype=acc)
         s.a_max, s.a_min = (f(A, axis=-1).astype(acc) for f in (np.max, np.min))
@@ -83,8 +102,16 @@ def _plain(A, B, C, weighted, ext, absolute):
         absA = np.abs(A)
         s.rb = np.abs(B).sum(axis=-1, dtype=acc)
         s.P, s.Q = _gemv(absA, s.rb), _gemv(absA, np.abs(b1))
-        s.R = np.abs(C).sum(axis=-1, dtype=acc)
     return s
+
+
+def _plain_out(s, C):
+    acc = _acc(C.dtype)
+    s.obs = C.sum(axis=-1, dtype=acc)
+    if s.weighted:
+        s.obs2 = _gemv(C, np.arange(1, C.shape[-1] + 1, dtype=acc))
+    if s.absolute:
+        s.R = np.abs(C).sum(axis=-1, dtype=acc)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -102,9 +129,9 @@ def _rows(X, G, w1=None, w2=None, v1=None, v2=None, ext=False):
     return out, (K.keys_to_floats(kx, X.dtype) if ext else None)
 
 
-def _fused(A, B, C, weighted, ext, absolute):
-    acc = _acc(C.dtype)
-    N = C.shape[-1]
+def _fused_in(A, B, weighted, ext, absolute):
+    acc = _acc(A.dtype)
+    N = B.shape[-1]
     r2 = np.arange(1, N + 1, dtype=acc)[None] if weighted else None
     ones = np.ones((1, N), acc) if absolute else None
     ob, eb = _rows(B, B.shape[0], w1=r2, v1=ones, ext=ext)
@@ -112,12 +139,23 @@ def _fused(A, B, C, weighted, ext, absolute):
     rb = ob[3] if absolute else None
     oa, ea = _rows(A, max(A.shape[0], B.shape[0]), w1=b1, w2=b2, v1=rb,
                    v2=np.abs(b1) if absolute else None, ext=ext)
-    oc, _ = _rows(C, C.shape[0], w1=r2, v1=ones)
-    s = Sums(b1=b1, b2=b2, chk=oa[1], obs=oc[0])
+    s = Sums(b1=b1, b2=b2, chk=oa[1])
     if weighted:
-        s.chk2, s.obs2 = oa[2], oc[1]
+        s.chk2 = oa[2]
     if ext:
         s.a_sum, (s.a_max, s.a_min), (s.b_max, s.b_min) = oa[0], ea, eb
     if absolute:
-        s.rb, s.P, s.Q, s.R = rb, oa[3], oa[4], oc[3]
+        s.rb, s.P, s.Q = rb, oa[3], oa[4]
     return s
+
+
+def _fused_out(s, C):
+    acc = _acc(C.dtype)
+    N = C.shape[-1]
+    r2 = np.arange(1, N + 1, dtype=acc)[None] if s.weighted else None
+    oc, _ = _rows(C, C.shape[0], w1=r2, v1=np.ones((1, N), acc) if s.absolute else None)
+    s.obs = oc[0]
+    if s.weighted:
+        s.obs2 = oc[1]
+    if s.absolute:
+        s.R = oc[3]
