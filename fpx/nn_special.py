@@ -100,9 +100,11 @@ def digamma(x):
         x > 0:                   the recurrence and series (:func:`_digamma_positive`)
 
     1 - x and the final subtraction in x's dtype T; r (exact), π·r, tan (the C library's) and
-    the quotient in double (:data:`pi_over_tan_pi`), then rounded to T (torch computes float16/bfloat16 in float32 and
-    rounds once: the caller upcasts). The reflection's π·r is rounded, so near the poles the
-    kernel's value moves by many ulps from ψ(x); the bound holds the kernel's value there."""
+    the quotient in double (:data:`pi_over_tan_pi`), then rounded to T (torch computes
+    float16/bfloat16 in float32 and rounds once: the caller upcasts). The reflection's π·r
+    is rounded, so just above a negative integer (r near -1) the kernel's value moves by many
+    ulps from ψ(x); the bound holds the kernel's value there. Interval bounds do not carry a
+    zero's sign: at ±0 the bound is [-inf, inf]."""
     pos = fnp.greater(x, _c(0, x))
     neg = fnp.less(x, _c(0, x))
     psi = _digamma_positive(fnp.where(pos, x, fnp.where(neg, fnp.subtract(_c(1, x), x),
