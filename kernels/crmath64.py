@@ -391,27 +391,33 @@ def _make_kernel(ev):
     return kernel
 
 
-from fpx.kernels.crmath64_trig import EVALUATORS as _TRIG  # noqa: E402 (uses the helpers above)
+#: the functions of the modules built on these helpers (crmath64_trig, _erf, _pow), loaded at
+#: first use (they import this module)
+_MODULES = {"sin": "trig", "cos": "trig", "tan": "trig", "atan": "trig", "atan2": "trig",
+            "erf": "erf", "pow": "pow"}
+FUNCTIONS64 = tuple(_EV64) + tuple(_MODULES)
 
-from fpx.kernels.crmath64_erf import EVALUATORS as _ERF  # noqa: E402
-from fpx.kernels.crmath64_pow import EVALUATORS as _POW  # noqa: E402
 
-_EV64.update(_TRIG)
-_EV64.update(_ERF)
-_EV64.update(_POW)
-FUNCTIONS64 = tuple(_EV64)
+def _evaluator(name):
+    """The evaluator of ``name``, importing its module at first use."""
+    if name not in _EV64 and name in _MODULES:
+        import importlib
+        _EV64.update(importlib.import_module(f"fpx.kernels.crmath64_{_MODULES[name]}").EVALUATORS)
+    return _EV64[name]
+
+
 _KERNELS: dict = {}
 
 
 def fast(name, x, z):
     """(float64 results of ``name`` where the test decides, the undecided indices) for the
     contiguous float64 arrays x and z (z ignored by unary functions)."""
-    if name not in _EV64:
+    if name not in FUNCTIONS64:
         raise TypeError(f"fpx.reproducible: {name} of float64: float64 correctly rounded "
                         f"math not supported for {name} (it is for {', '.join(FUNCTIONS64)})")
     k = _KERNELS.get(name)
     if k is None:
-        k = _KERNELS[name] = _make_kernel(_EV64[name])
+        k = _KERNELS[name] = _make_kernel(_evaluator(name))
     out = np.empty(x.size, np.float64)
     bits = out.view(np.uint64)
     return out, undecided(bits, UNDECIDED64, k(x, z, bits))

@@ -2,7 +2,8 @@
 :mod:`fpx.kernels.crmath64`'s rounding test and kernel skeleton (same ``(hi, lo, eps)`` contract).
 
 sin/cos/tan: Cody-Waite reduction ``|x| = k·pi/2 + r`` with pi/2 in four float64 parts (every
-product exact by two_prod) for ``|x| < 2^45``; larger arguments are left to MPFR. Then ``r = c
+product exact by two_prod) for ``|x| < 2^45``, Payne-Hanek (the bits of 2/pi that matter mod
+4, multiplied exactly in 32-bit limbs) above. Then ``r = c
 + t``, ``c = j/64``, tables of sin/cos(c) in double-double and Taylor series in ``t`` (|t| <=
 2^-7). atan: ``atan(u) = atan(c) + atan((u - c)/(1 + u·c))``, ``c = j/64`` (a table of atan(c)
 in double-double), ``1/x`` for ``|x| > 1``; atan2 reduces to the same core on min/max of
@@ -22,7 +23,7 @@ from fpx.kernels.crmath64 import (EPS, _MAGIC, _NAN, _dd_div, _fma, _pow2, _seri
 
 __all__ = ["EVALUATORS"]
 
-#: arguments of sin/cos/tan at or above this magnitude are left to MPFR
+#: arguments of sin/cos/tan at or above this magnitude take the Payne-Hanek reduction
 TRIG_MAX = 2.0 ** 45
 
 
@@ -81,6 +82,17 @@ def _tables():
                 _split(pi), float(2 / pi), float(pi / 4), float(3 * pi / 4))
 
 
+def _two_over_pi_limbs(n):
+    """The first 32·n bits of 2/pi after the binary point as n 32-bit integers (uint64)."""
+    with decimal.localcontext() as ctx:
+        ctx.prec = 32 * n // 3 + 40
+        D = decimal.Decimal
+        pi = 16 * _d_atan_small(D(1) / 5, ctx.prec) - 4 * _d_atan_small(D(1) / 239, ctx.prec)
+        bits = int((2 / pi) * (D(2) ** (32 * n)))
+    return np.array([(bits >> (32 * (n - 1 - j))) & 0xFFFFFFFF for j in range(n)], np.uint64)
+
+
+_TWO_OVER_PI_LIMBS = _two_over_pi_limbs(42)       # 1344 bits: enough for a < 2^1024
 ((_P1, _P2, _P3, _P4), _SIN_HI, _SIN_LO, _COS_HI, _COS_LO, _ATAN_HI, _ATAN_LO,
  (_PIO2, _PIO2_L), (_PI, _PI_L), _TWO_OVER_PI, _PIO4_RN, _3PIO4_RN) = _tables()
 
@@ -122,6 +134,55 @@ def _reduce(a):
 
 
 @numba.njit(inline="always")
+def _chunk(R, pos):
+    """Bits pos .. pos + 31 of the little-endian 32-bit-limb integer R (zeros below bit 0)."""
+    if pos < 0:
+        return (R[0] << np.uint64(-pos)) & np.uint64(0xFFFFFFFF) if pos > -32 else np.uint64(0)
+    i, b = pos // 32, np.uint64(pos % 32)
+    lo = R[i] >> b
+    hi = (R[i + 1] << (np.uint64(32) - b)) & np.uint64(0xFFFFFFFF) if b > 0 else np.uint64(0)
+    return lo | hi
+
+
+@numba.njit
+def _reduce_big(a):
+    """(k, r_h, r_l, abs_err) with a = k·pi/2 + r_h + r_l, |r| <= pi/4, for 2^45 <= a <
+    2^1024 (Payne-Hanek): a = m·2^e (m a 53-bit integer), and only the bits of 2/pi from
+    position e - 1 on matter mod 4: eight 32-bit limbs W of them from limb j0 give the integer
+    P = m·W (exact, 32-bit limbs in uint64) with s = 32·(j0 + 8) - e >= 222 fraction bits (the
+    omitted tail of 2/pi: below 2^-169). k = bits s, s+1 of P (+1 where the fraction f >= 1/2,
+    then 1 - f from the complemented bits), f from five 32-bit chunks (2^-160) summed in
+    double-double, r = f·pi/2 (2^-102): |r - (r_h + r_l)| < 2^-100·|r| + 2^-157."""
+    b = np.float64(a).view(np.int64)
+    e = np.int64((b >> 52) - 1075)
+    m = np.uint64((b & 0xFFFFFFFFFFFFF) | 0x10000000000000)
+    j0 = max(np.int64(0), (e - 2) // 32)                # ceil((e - 33)/32)
+    ms = (m & np.uint64(0xFFFFFFFF), m >> np.uint64(32))
+    R = np.zeros(11, np.uint64)
+    for t in range(8):                             # W's limb t from the least significant
+        L = _TWO_OVER_PI_LIMBS[j0 + 7 - t]
+        carry = np.uint64(0)
+        for u in range(2):
+            v = ms[u] * L + R[t + u] + carry
+            R[t + u] = v & np.uint64(0xFFFFFFFF)
+            carry = v >> np.uint64(32)
+        R[t + 2] += carry
+    s = 32 * (j0 + 8) - e
+    q = np.int64(_chunk(R, s) & np.uint64(3))
+    up = (_chunk(R, s - 32) >> np.uint64(31)) == 1
+    fh, fl = 0.0, 0.0
+    for t in range(5, 0, -1):
+        c = _chunk(R, s - 32 * t)
+        c = np.uint64(0xFFFFFFFF) - c if up else c
+        fh, err = _two_sum(fh, np.float64(c) * 2.0 ** (-32 * t))
+        fl += err
+    fh, fl = _two_sum(fh, fl)
+    sg = -1.0 if up else 1.0
+    rh, rl = _dd_mul(fh, fl, sg * _PIO2, sg * _PIO2_L)
+    return q + (1 if up else 0), rh, rl, 2.0 ** -156
+
+
+@numba.njit(inline="always")
 def _sin_cos_r(rh, rl):
     """(sin r, cos r) as two double-doubles for |r| < 0.8: r = c + t, c = j/64, t
     exact (Sterbenz) then renormalized with r_l; sin t by :func:`_series` (t - t^3/6 in
@@ -155,11 +216,14 @@ def _sin_cos_r(rh, rl):
 
 @numba.njit(inline="always")
 def _trig(x, which):
-    """(hi, lo, eps) of sin (which 0), cos (1) or tan (2) at a finite x, 2^-27 <= |x| <
-    2^45: the quadrant k & 3 picks ±sin r or ±cos r; the reduction's absolute error e
+    """(hi, lo, eps) of sin (which 0), cos (1) or tan (2) at a finite x, |x| >= 2^-27: the
+    quadrant k & 3 picks ±sin r or ±cos r; the reduction's absolute error e
     becomes a relative e/|r| (|r cot r|, |r tan r| <= 1 on |r| <= pi/4; doubled for tan)."""
     a = abs(x)
-    k, rh, rl, err = _reduce(a)
+    if a < TRIG_MAX:
+        k, rh, rl, err = _reduce(a)
+    else:
+        k, rh, rl, err = _reduce_big(a)
     sh, sl, ch, cl = _sin_cos_r(rh, rl)
     q = k & 3
     if which == 1:
@@ -181,20 +245,17 @@ def _trig(x, which):
 @numba.njit(inline="always")
 def _trig_ev(x, which):
     """The special cases around :func:`_trig`: NaN/inf -> NaN; |x| < 2^-27: sin x and tan x
-    round to x, cos x to 1 (x^2/3 and x^2/2 below 2^-54, under half an ulp); |x| >= 2^45:
-    undecided (hi = 0 with eps > 0 fails the test)."""
+    round to x, cos x to 1 (x^2/3 and x^2/2 below 2^-54, under half an ulp)."""
     a = abs(x)
     fin = a < math.inf
     small = a < 2.0 ** -27
-    ok = fin and not small and a < TRIG_MAX
+    ok = fin and not small
     hi, lo, eps = _trig(x if ok else 1.0, which)
     if ok:
         return hi, lo, eps
     if not fin:
         return _NAN, 0.0, 0.0
-    if small:
-        return (1.0 if which == 1 else x), 0.0, 0.0
-    return 0.0, 0.0, EPS
+    return (1.0 if which == 1 else x), 0.0, 0.0
 
 
 @numba.njit(inline="always")

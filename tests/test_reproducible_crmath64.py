@@ -16,7 +16,8 @@ _RANGE = {"sin": 1e6, "cos": 1e6, "tan": 1e6, "atan": 1e4, "erf": 7.0}
 _SPECIAL = np.array([0.0, -0.0, np.inf, -np.inf, np.nan, 1.0, -1.0, 5e-324, -5e-324,
                      2.2250738585072014e-308, 1.7976931348623157e308, 2.0 ** -27, 2.0 ** -26,
                      -2.0 ** -27, 2.0 ** 45, np.nextafter(2.0 ** 45, 0), 1e22, 2.0 ** 600,
-                     np.pi / 4, np.pi / 2, np.pi, 1.0 + 2.0 ** -52, 1.0 / 128, 0.8125])
+                     np.pi / 4, np.pi / 2, np.pi, 1.0 + 2.0 ** -52, 1.0 / 128, 0.8125,
+                     6381956970095103.0 * 2.0 ** 797])   # the float64 closest to k·pi/2
 
 # hard-to-round sin inputs of CORE-MATH's src/binary64/sin/sin.wc (from Lefevre's search):
 # sin(x) has 46 to 59 identical bits after the round bit
@@ -158,3 +159,28 @@ def test_pow_and_atan2_agree_with_mpfr_on_1e5_pairs():
     _check("atan2", y, x)
     x, y = _pow_pairs(100_000, 7)
     _check("pow", x, y)
+
+
+def test_payne_hanek_reduction_meets_its_bound():
+    """_reduce_big against MPFR at 3000 bits on random arguments of every binade above 2^45
+    and the float64 closest to a multiple of pi/2: the quadrant and |r - (r_h + r_l)| <
+    2^-100·|r| + 2^-157 (the bound the rounding test relies on)."""
+    from fpx.kernels import crmath64_trig
+    rng = np.random.default_rng(8)
+    a = 2.0 ** rng.uniform(45, 1023.9, 300) * rng.uniform(1, 2, 300)
+    a = np.concatenate([a[np.isfinite(a)], [6381956970095103.0 * 2.0 ** 797, 2.0 ** 45]])
+    with gmpy2.context(precision=3000):
+        half_pi = gmpy2.const_pi() / 2
+        for v in a:
+            k, rh, rl, _ = crmath64_trig._reduce_big(v)
+            t = gmpy2.mpfr(v) / half_pi
+            kk = int(gmpy2.rint(t))
+            r = (t - kk) * half_pi
+            assert k % 4 == kk % 4, v
+            err = abs(gmpy2.mpfr(rh) + gmpy2.mpfr(rl) - r)
+            assert err < 2.0 ** -100 * abs(r) + 2.0 ** -157, v
+
+
+def test_the_lazily_loaded_modules_provide_what_is_listed():
+    for name in crmath64.FUNCTIONS64:
+        assert crmath64._evaluator(name) is not None
