@@ -61,6 +61,25 @@ def special(n):
     return make
 
 
+def negative_axis(n):
+    """Arguments of digamma/polygamma(n >= 2): wide random (both signs), near the poles 0, -1,
+    ..., -19 (both sides), near ψ's negative roots, large negative, ±0 -- values every dtype
+    holds (rounded to bfloat16 first), the negative integers (digamma: NaN, no claim) moved
+    half a unit (tests/test_special_functions.py has them)."""
+    def make():
+        x = gen((64, n), n, 6.0)
+        k = torch.arange(64 * n, dtype=torch.float32).reshape(64, n)
+        near = -(k % 20) + torch.where(k % 2 == 0, 1.0, -1.0) * 2.0 ** -(k % 6 + 2)
+        x[8:16] = near[8:16]
+        x[16:20] = torch.tensor([-0.504083, -1.5734985, -2.6107209, -3.6352934])[:, None] + \
+            1e-3 * x[16:20]
+        x[20:22] = -(10.0 ** (x[20:22].abs() / 3).clamp_max(2.0))
+        x[22, :2] = torch.tensor([0.0, -0.0])[:n]
+        x = x.to(torch.bfloat16).float()
+        return [torch.where((x < 0) & (x == x.round()), x - 0.5, x)]
+    return make
+
+
 def image(n, scale=3.0):
     return lambda: [gen((2, 4, 8, n), n, scale)]
 
@@ -95,7 +114,7 @@ BN_PATHS = ("the model takes the strided kernel's roundings of alpha, beta and x
 # torch's output)
 ELEMENTWISE = {"add", "mul", "div", "sqrt", "rsqrt", "exp", "log", "tanh", "sin", "sigmoid",
                "silu", "softplus", "elu", "pow_scalar", "erf", "gelu", "gelu_tanh",
-               "lgamma", "trigamma", "polygamma3"}
+               "lgamma", "trigamma", "polygamma3", "digamma", "polygamma2"}
 CASES = {
     # elementwise (opmath: computed in float32, rounded once)
     "add": (torch.add, two, True),
@@ -122,6 +141,11 @@ CASES = {
     "trigamma": (lambda x: torch.polygamma(1, x), special, True),
     "polygamma3": (lambda x: torch.polygamma(3, x),
                    lambda n: lambda: [gen((64, n), n).abs() * 4 + 2.0 ** -20],
+                   "polygamma(n >= 2) uses the Hurwitz zeta composite: an interval rule only"),
+    # digamma: the kernel step by step, its reflection's π/tan(π·r) a composite with an
+    # interval rule (other transforms run its steps); polygamma(2, x) on both signs
+    "digamma": (torch.digamma, negative_axis, True),
+    "polygamma2": (lambda x: torch.polygamma(2, x), negative_axis,
                    "polygamma(n >= 2) uses the Hurwitz zeta composite: an interval rule only"),
     # reductions (float32 accumulation)
     "sum_last": (lambda x: x.sum(-1), rows, True),
@@ -182,6 +206,20 @@ CASES = {
     "adaptive_avg_pool2d": (lambda x: F.adaptive_avg_pool2d(x, 3), image, True),
     "max_pool2d": (lambda x: F.max_pool2d(x, 2), image, True),
 }
+
+
+def _adapter_maps_the_negative_axis():
+    try:
+        fpx.interval(torch.digamma)(torch.tensor([-0.5]))
+    except fpx.interop.torch.UnmappedOpError:
+        return False
+    return True
+
+
+if not _adapter_maps_the_negative_axis():     # (an adapter that still refuses x <= 0)
+    for _name in ("digamma", "polygamma2"):
+        del CASES[_name]
+
 
 SIZES = (7, 100)      # 100: vectors of 8, 16 and 32 lanes and a tail; elementwise ops only that
 
