@@ -398,15 +398,30 @@ _MODULES = {"sin": "trig", "cos": "trig", "tan": "trig", "atan": "trig", "atan2"
 FUNCTIONS64 = tuple(_EV64) + tuple(_MODULES)
 
 
+_WIDE: dict = {}
+
+
 def _evaluator(name):
-    """The evaluator of ``name``, importing its module at first use."""
+    """The evaluator of ``name``, importing its module at first use (with its second-pass
+    evaluators, ``WIDE``, for the elements the first leaves undecided)."""
     if name not in _EV64 and name in _MODULES:
         import importlib
-        _EV64.update(importlib.import_module(f"fpx.kernels.crmath64_{_MODULES[name]}").EVALUATORS)
+        mod = importlib.import_module(f"fpx.kernels.crmath64_{_MODULES[name]}")
+        _EV64.update(mod.EVALUATORS)
+        _WIDE.update(getattr(mod, "WIDE", {}))
     return _EV64[name]
 
 
 _KERNELS: dict = {}
+
+
+def _run(key, ev, x, z):
+    k = _KERNELS.get(key)
+    if k is None:
+        k = _KERNELS[key] = _make_kernel(ev)
+    out = np.empty(x.size, np.float64)
+    bits = out.view(np.uint64)
+    return out, undecided(bits, UNDECIDED64, k(x, z, bits))
 
 
 def fast(name, x, z):
@@ -415,9 +430,9 @@ def fast(name, x, z):
     if name not in FUNCTIONS64:
         raise TypeError(f"fpx.reproducible: {name} of float64: float64 correctly rounded "
                         f"math not supported for {name} (it is for {', '.join(FUNCTIONS64)})")
-    k = _KERNELS.get(name)
-    if k is None:
-        k = _KERNELS[name] = _make_kernel(_evaluator(name))
-    out = np.empty(x.size, np.float64)
-    bits = out.view(np.uint64)
-    return out, undecided(bits, UNDECIDED64, k(x, z, bits))
+    out, idx = _run(name, _evaluator(name), x, z)
+    if idx.size and name in _WIDE:
+        o2, i2 = _run(name + ".wide", _WIDE[name], x[idx], z[idx])
+        out[idx] = o2
+        idx = idx[i2]
+    return out, idx

@@ -14,7 +14,7 @@ import decimal
 import numba
 import numpy as np
 
-from fpx.kernels.crmath64 import EPS, _NAN, _split, _two_prod, _two_sum
+from fpx.kernels.crmath64 import EPS, _split, _two_prod, _two_sum
 from fpx.kernels.crmath64_trig import _d_atan_small, _dd_add
 
 __all__ = ["EVALUATORS"]

@@ -21,7 +21,7 @@ import numpy as np
 from fpx.kernels.crmath64 import (EPS, _MAGIC, _NAN, _dd_div, _fma, _pow2, _series, _split,
                                   _two_prod, _two_sum)
 
-__all__ = ["EVALUATORS"]
+__all__ = ["EVALUATORS", "WIDE"]
 
 #: arguments of sin/cos/tan at or above this magnitude take the Payne-Hanek reduction
 TRIG_MAX = 2.0 ** 45
@@ -215,15 +215,11 @@ def _sin_cos_r(rh, rl):
 
 
 @numba.njit(inline="always")
-def _trig(x, which):
-    """(hi, lo, eps) of sin (which 0), cos (1) or tan (2) at a finite x, |x| >= 2^-27: the
-    quadrant k & 3 picks ±sin r or ±cos r; the reduction's absolute error e
-    becomes a relative e/|r| (|r cot r|, |r tan r| <= 1 on |r| <= pi/4; doubled for tan)."""
-    a = abs(x)
-    if a < TRIG_MAX:
-        k, rh, rl, err = _reduce(a)
-    else:
-        k, rh, rl, err = _reduce_big(a)
+def _trig(x, which, k, rh, rl, err):
+    """(hi, lo, eps) of sin (which 0), cos (1) or tan (2) at a finite x, |x| >= 2^-27, from
+    its reduction (k, rh, rl, err): the quadrant k & 3 picks ±sin r or ±cos r; the
+    reduction's absolute error e becomes a relative e/|r| (|r cot r|, |r tan r| <= 1 on |r| <
+    0.8; doubled for tan)."""
     sh, sl, ch, cl = _sin_cos_r(rh, rl)
     q = k & 3
     if which == 1:
@@ -244,18 +240,33 @@ def _trig(x, which):
 
 @numba.njit(inline="always")
 def _trig_ev(x, which):
-    """The special cases around :func:`_trig`: NaN/inf -> NaN; |x| < 2^-27: sin x and tan x
-    round to x, cos x to 1 (x^2/3 and x^2/2 below 2^-54, under half an ulp)."""
+    """The special cases around :func:`_trig` with the Cody-Waite reduction: NaN/inf -> NaN;
+    |x| < 2^-27: sin x and tan x round to x, cos x to 1 (x^2/3 and x^2/2 below 2^-54, under
+    half an ulp); |x| >= 2^45: undecided here (hi = 0 with eps > 0), for :data:`WIDE`."""
     a = abs(x)
     fin = a < math.inf
     small = a < 2.0 ** -27
-    ok = fin and not small
-    hi, lo, eps = _trig(x if ok else 1.0, which)
+    ok = fin and not small and a < TRIG_MAX
+    k, rh, rl, err = _reduce(a if ok else 1.0)
+    hi, lo, eps = _trig(x, which, k, rh, rl, err)
     if ok:
         return hi, lo, eps
     if not fin:
         return _NAN, 0.0, 0.0
-    return (1.0 if which == 1 else x), 0.0, 0.0
+    if small:
+        return (1.0 if which == 1 else x), 0.0, 0.0
+    return 0.0, 0.0, EPS
+
+
+@numba.njit(inline="always")
+def _trig_wide(x, which):
+    """sin/cos/tan of the elements :func:`_trig_ev` left undecided, by the Payne-Hanek
+    reduction where |x| >= 2^45 (the others, near a rounding boundary, stay undecided): a
+    second pass, so that the main loop holds no call."""
+    big = TRIG_MAX <= abs(x) < math.inf
+    k, rh, rl, err = _reduce_big(abs(x) if big else TRIG_MAX)
+    hi, lo, eps = _trig(x, which, k, rh, rl, err)
+    return (hi, lo, eps) if big else (0.0, 0.0, EPS)
 
 
 @numba.njit(inline="always")
@@ -334,10 +345,10 @@ def _atan2_special(y, x):
 @numba.njit(inline="always")
 def _atan2(y, x):
     """atan2(y, x): u = min/max of |y|, |x| (both scaled by a power of two taking the max to
-    [1, 4), so the fma residual of u = a/b is exact wherever u >= 2^-960), v = atan(u) by :func:`_atan_core`, pi/2 - v where |y|
-    > |x|, pi - that where x < 0 (no cancellation: each result is at least pi/4), y's sign.
-    u < 2^-960: dropped where a constant dominates (pi/2 or pi: the error is below the bound),
-    undecided where the result is about u itself."""
+    [1, 4), so the fma residual of u = a/b is exact wherever u >= 2^-960), v = atan(u) by
+    :func:`_atan_core`, pi/2 - v where |y| > |x|, pi - that where x < 0 (no cancellation: each
+    result is at least pi/4), y's sign. u < 2^-960: dropped where a constant dominates (pi/2
+    or pi: the error is below the bound), undecided where the result is about u itself."""
     ay, ax = abs(y), abs(x)
     spec = not (0.0 < ay < math.inf and 0.0 < ax < math.inf)
     swap = ay > ax
@@ -366,4 +377,21 @@ def _atan2(y, x):
     return sg * vh, sg * vl, EPS
 
 
+@numba.njit(inline="always")
+def _sin_wide(x, z):
+    return _trig_wide(x, 0)
+
+
+@numba.njit(inline="always")
+def _cos_wide(x, z):
+    return _trig_wide(x, 1)
+
+
+@numba.njit(inline="always")
+def _tan_wide(x, z):
+    return _trig_wide(x, 2)
+
+
 EVALUATORS = {"sin": _sin, "cos": _cos, "tan": _tan, "atan": _atan, "atan2": _atan2}
+#: second-pass evaluators for the elements the first leaves undecided (crmath64.fast)
+WIDE = {"sin": _sin_wide, "cos": _cos_wide, "tan": _tan_wide}
