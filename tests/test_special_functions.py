@@ -297,7 +297,7 @@ def test_polygamma_of_negative_arguments_holds_torch_and_the_exact_value(n, dtyp
 @pytest.mark.parametrize("n", [2, 3])
 def test_polygamma_of_an_interval_holds_mpmath_at_every_point(n):
     rng = np.random.default_rng(5 + n)
-    box = random_intervals(rng, 120)
+    box = random_intervals(rng, 60)
     iv = fpx.interval(lambda t: nn_special.polygamma(n, t))(
         fpx.Interval(box[:, 0], box[:, 1], box.mean(1)))
     for (a, b), lo, hi in zip(box, iv.lo, iv.hi):
@@ -319,9 +319,9 @@ def _adapter_maps_the_negative_axis():
 
 @pytest.mark.skipif(not _adapter_maps_the_negative_axis(),
                     reason="the torch adapter still refuses digamma/polygamma at x <= 0")
-@pytest.mark.parametrize("dtype", [torch.float64, torch.float32, torch.float16, torch.bfloat16],
-                         ids=str)
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=str)
 def test_torch_digamma_and_polygamma_of_negative_arguments_hold_torch(dtype):
+    """Through the adapter (the dtype's two paths: its own, and float32 rounded once)."""
     x = negative_axis(dtype, 40, seed=9)
     for f in (torch.digamma, lambda t: torch.polygamma(2, t), lambda t: torch.polygamma(3, t)):
         assert holds(fpx.interval(f)(x), f(x).double().numpy()).all()
