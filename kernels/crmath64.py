@@ -402,8 +402,9 @@ _WIDE: dict = {}
 
 
 def _evaluator(name):
-    """The evaluator of ``name``, importing its module at first use (with its second-pass
-    evaluators, ``WIDE``, for the elements the first leaves undecided)."""
+    """The evaluator of ``name``, importing its module at first use (with its second passes,
+    ``WIDE``: name -> (evaluator, constant second argument), for the elements the first leaves
+    undecided)."""
     if name not in _EV64 and name in _MODULES:
         import importlib
         mod = importlib.import_module(f"fpx.kernels.crmath64_{_MODULES[name]}")
@@ -432,7 +433,8 @@ def fast(name, x, z):
                         f"math not supported for {name} (it is for {', '.join(FUNCTIONS64)})")
     out, idx = _run(name, _evaluator(name), x, z)
     if idx.size and name in _WIDE:
-        o2, i2 = _run(name + ".wide", _WIDE[name], x[idx], z[idx])
+        ev, zc = _WIDE[name]
+        o2, i2 = _run(ev, ev, x[idx], np.full(idx.size, zc))
         out[idx] = o2
         idx = idx[i2]
     return out, idx

@@ -378,20 +378,12 @@ def _atan2(y, x):
 
 
 @numba.njit(inline="always")
-def _sin_wide(x, z):
-    return _trig_wide(x, 0)
-
-
-@numba.njit(inline="always")
-def _cos_wide(x, z):
-    return _trig_wide(x, 1)
-
-
-@numba.njit(inline="always")
-def _tan_wide(x, z):
-    return _trig_wide(x, 2)
+def _trig_wide_z(x, z):
+    """The second pass of sin (z = 0), cos (1) or tan (2): one kernel for all three."""
+    return _trig_wide(x, np.int64(z))
 
 
 EVALUATORS = {"sin": _sin, "cos": _cos, "tan": _tan, "atan": _atan, "atan2": _atan2}
-#: second-pass evaluators for the elements the first leaves undecided (crmath64.fast)
-WIDE = {"sin": _sin_wide, "cos": _cos_wide, "tan": _tan_wide}
+#: second passes for the elements the first leaves undecided (crmath64.fast): (evaluator, the
+#: constant it takes as its second argument)
+WIDE = {"sin": (_trig_wide_z, 0.0), "cos": (_trig_wide_z, 1.0), "tan": (_trig_wide_z, 2.0)}
