@@ -30,6 +30,13 @@ _HARD_SIN = ["0x1.005023d32fee5p+1", "0x1.00874a5f9fc33p-13", "0x1.009ee184a02e7
              "0x1.0d80ff9981295p+0", "0x1.0e9f8bb095163p+1", "0x1.184a0aa58191dp-24",
              "0x1.184a0aa581922p-24", "0x1.30c7efbee12acp-24", "0x1.45dd7c26e54bdp-24"]
 
+# hard-to-round erf inputs of CORE-MATH's src/binary64/erf/erf.wc (43+ identical bits after the
+# round bit); below 2^-28 erf(x) is about 2x/sqrt(pi), so their scalings by powers of two are
+# hard too
+_HARD_ERF = ["0x1.6d5ad4307dd52p-7", "0x1.037b548d9d7a6p-61", "0x1.059a3d07be48cp-61",
+             "0x1.015c6c137cacp-61", "0x1.0be80db0acb76p-61", "0x1.2546735ab6e8bp-61",
+             "0x1.5e3e6c60e8be5p-61", "0x1.8861c44191ee7p-61", "0x1.b29404e7af1b1p-61"]
+
 
 def _same(a, b):
     return (a.view(np.uint64) == b.view(np.uint64)) | (np.isnan(a) & np.isnan(b))
@@ -57,6 +64,8 @@ def _inputs(name, n, seed):
     trig = name in ("sin", "cos", "tan")
     near = _near_multiples_of_pi_over_2(q // 4, seed) if trig else []
     hard = [float.fromhex(h) for h in _HARD_SIN] if trig else []
+    if name == "erf":
+        hard = [float.fromhex(h) * 2.0 ** s for h in _HARD_ERF for s in (0, -100, -600, -930)]
     return np.concatenate([bits, uni, small, near, hard, _SPECIAL])
 
 
