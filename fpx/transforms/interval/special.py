@@ -134,10 +134,17 @@ def _zeta_negative(s, lo, hi, err):
     -m+1). With f = q + m in (0, 1), ζ(s, q) = P(f) + (-1)^s A(f): the terms past 0,
     P = ζ(s, f) (decreasing in f), and those before, A = Σ_{j=1..m} (j - f)^-s = ζ(s, 1 - f) -
     ζ(s, m + 1 - f) (increasing). For odd s ζ decreases in q (its derivative -s ζ(s+1, q) < 0):
-    the ends' values; for even s the sum of P's and A's ranges. The kernel's sum from q adds
-    roundings of at most ``(N + 2) unit`` (recursive summation of N <= m + 11 terms) plus its
-    series' error ``err`` and the roundings of q + k past 0 (s·96·unit), all relative to
-    Σ|terms| <= ζ(s, f) + ζ(s, 1 - f); underflowing terms ``err[1]`` each."""
+    the ends' values; for even s the sum of P's and A's ranges.
+
+    The kernel's error, in units ``err[2]`` of its sum (Higham, *Accuracy and Stability*,
+    §4.2: recursive summation errs by at most u·Σ|partial sums|, and a term entering i sums
+    before the end adds |t|·i): the terms before 0, (i + 1 - f)^-s entering i + 13 sums
+    before the end, give at most ζ(s-1, 1-f) + 13 ζ(s, 1-f); the terms past 0 (<= 12 sums),
+    pow (1 ulp), the early exit (a tail below 6u·Σ) and the series' ~30 steps: in all 72·S,
+    S = ζ(s, f) + ζ(s, 1-f) >= Σ|terms|; q + k is exact while |q| >= 16 (an exact multiple
+    of q's ulp below |q|), else its roundings past 0 move the terms by up to 96·s units. Plus
+    ``err[0]`` (the series' truncation and a float program's first term) relative to S and
+    ``err[1]`` per underflowing term."""
     up, down = (lambda v: np.nextafter(v, np.inf)), (lambda v: np.nextafter(v, -np.inf))
     k = -np.floor(lo) - 1                                        # m - 1
     h_lo, h_hi = -(lo + k), -(hi + k)                            # 1 - f at the ends (exact)
@@ -148,10 +155,11 @@ def _zeta_negative(s, lo, hi, err):
         zlo, zhi = p_lo - a_hi, p_hi - a_lo
     else:
         zlo, zhi = p_lo + a_lo, p_hi + a_hi
-    n = k + 14
-    slack = (p_hi + _zeta(s, h_hi, 1)) * (err[0] + (n + 96 * s) * err[2]) + n * err[1]
+    total = p_hi + _zeta(s, h_hi, 1)                              # S
+    steps = 72 + np.where(lo > -16, 96 * s, 0)
+    slack = (total * (err[0] + steps * err[2]) + _zeta(s - 1, h_hi, 1) * err[2]
+             + (k + 14) * err[1])
     return widen(zlo - slack, zhi + slack, 8)
-
 
 
 @rule("hurwitz_zeta")
