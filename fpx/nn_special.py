@@ -4,12 +4,16 @@ bounded like any other op's, and a bound holds what the kernel returns -- includ
 the kernel's own error is far from a few ulps (near a root, where its sums cancel).
 
 ==================  ============================================================================
-``digamma``         ψ(x) for x > 0 as torch's CPU kernel (ATen ``calc_digamma``, float and
-                    double): the recurrence up to x >= 10, then the asymptotic series
+``digamma``         ψ(x) as torch's CPU kernel (ATen ``calc_digamma``, float and double): for
+                    x > 0 the recurrence up to x >= 10, then the asymptotic series; for x < 0
+                    the reflection ψ(1 - x) - π/tan(π·r) (``pi_over_tan_pi``: a composite with
+                    an interval rule)
 ``trigamma``        ψ'(x) as torch's CPU kernel (ATen ``trigamma``): reflection below 0.5, six
                     recurrence steps, a truncated asymptotic series
 ``lgamma``          log|Γ(x)|, the C library's: a composite whose interval rule bounds it on
                     monotone pieces (not a chain of primitives)
+``polygamma``       ψ⁽ⁿ⁾(x), n >= 2, as torch's CPU kernel: n!·ζ(n + 1, x), the Hurwitz ζ a
+                    library composite (``hurwitz_zeta``) bounded on its pieces
 ==================  ============================================================================
 """
 from __future__ import annotations
@@ -23,7 +27,7 @@ from fpx import numpy as fnp
 from fpx.core import Composite, UnsupportedFunctionError
 from fpx.nn import _c, _dtype
 
-__all__ = ["digamma", "trigamma", "lgamma"]
+__all__ = ["digamma", "trigamma", "lgamma", "polygamma"]
 
 # ATen/native/Math.h, calc_digamma: B_2k / 2k for k = 7..1, highest power first (cephes psi)
 _DIGAMMA_SERIES = (8.33333333333333333333E-2, -2.10927960927960927961E-2,

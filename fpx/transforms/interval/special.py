@@ -1,5 +1,6 @@
 """Interval rules of the special functions that are not chains of primitives: ``lgamma``
-(the C library's) and the Hurwitz ``zeta`` of polygamma, bounded on their monotone pieces."""
+(the C library's), the Hurwitz ``zeta`` of polygamma and digamma's reflection term
+``pi_over_tan_pi``, bounded on their monotone pieces."""
 from __future__ import annotations
 
 import math
