@@ -199,21 +199,22 @@ def _pool(n):
     return _POOL[1]
 
 
-def row_pass(X, w1, w2, v1, v2, keys, out, ext):
+def row_pass(X, w1, w2, v1, v2, keys, out, ext, threads=None):
     """See the module docstring; ``out`` (5, G, R) of the accumulator's dtype. ``keys``: None,
     or ``X`` viewed as same-size signed integers, whose order keys (:func:`_key`) have their
     row max and min written to ``ext`` (2, G, R) (decode with :func:`keys_to_floats`).
 
     Where X's rows are strided and its columns contiguous, :func:`_col_pass` reads it in
     memory order instead. The rows are split in contiguous ranges, taken in turn by
-    ``numba.get_num_threads()`` threads -- the caller's and a private pool's (a numba
+    ``threads`` threads (None: ``numba.get_num_threads()``) -- the caller's and a private
+    pool's (a numba
     ``prange`` team would spin after the pass, taking the cores from the BLAS call that
     follows); every row is one thread's, so the results do not depend on the split."""
     args = (X, w1, w2, v1, v2, keys, out, ext)
     kernel = _col_pass if X.shape[2] > 1 and abs(X.strides[1]) < abs(X.strides[2]) \
         else _row_pass
     jobs = out.shape[1] * out.shape[2]
-    n = min(numba.get_num_threads(), jobs, max(1, X.size // _MIN_SPLIT))
+    n = min(threads or numba.get_num_threads(), jobs, max(1, X.size // _MIN_SPLIT))
     if n <= 1:
         kernel(*args, 0, jobs)
         return

@@ -29,26 +29,34 @@ class Sums:
     """One row check's sums (see the module docstring); None where not computed. ``b*``:
     (Gb, K); ``a_*``: (Ga or G', M); ``chk*``, ``P``, ``Q``: (G', M), G' = max(Ga, Gb);
     ``obs*``, ``R``: (G, M). Float data: float64; integers: the accumulator's dtype.
-    ``kernel``, ``weighted``, ``absolute``, ``dtype``: how :func:`input_sums` made them."""
+    ``kernel``, ``weighted``, ``absolute``, ``dtype``, ``threads``: how :func:`input_sums`
+    made them."""
 
     __slots__ = ("b1", "b2", "chk", "chk2", "obs", "obs2", "a_sum", "a_max", "a_min",
-                 "b_max", "b_min", "rb", "P", "Q", "R", "kernel", "weighted", "absolute", "dtype")
+                 "b_max", "b_min", "rb", "P", "Q", "R", "kernel", "weighted", "absolute", "dtype",
+                 "threads")
 
     def __init__(self, **kw):
         for k in self.__slots__:
             setattr(self, k, kw.get(k))
 
 
-def row_sums(A, B, C, *, weighted=False, ext=False, absolute=False, kernel="fused") -> Sums:
+def row_sums(A, B, C, *, weighted=False, ext=False, absolute=False, kernel="fused",
+             threads=1) -> Sums:
     """The r1 checksums of the row check of C = A @ B, plus the r2 ones (``weighted``: what
     locates a fault), the extrema and sums of A and B (``ext``) and the absolute sums
     (``absolute``), by ``kernel`` ("fused" or "numpy"): :func:`input_sums` then
-    :func:`output_sums`."""
-    s = input_sums(A, B, weighted=weighted, ext=ext, absolute=absolute, kernel=kernel)
+    :func:`output_sums`. ``threads``: the fused passes' threads; 1, the calling thread, by
+    default -- right before and after a GEMM the BLAS's workers spin on the other cores, and
+    a pass thread sharing a core with one keeps the caller waiting for a time slice (None:
+    ``numba.get_num_threads()``)."""
+    s = input_sums(A, B, weighted=weighted, ext=ext, absolute=absolute, kernel=kernel,
+                   threads=threads)
     return output_sums(s, C)
 
 
-def input_sums(A, B, *, weighted=False, ext=False, absolute=False, kernel="fused") -> Sums:
+def input_sums(A, B, *, weighted=False, ext=False, absolute=False, kernel="fused",
+               threads=1) -> Sums:
     """The operands' part of :func:`row_sums` (b*, chk*, a_*, P, Q): computable before the
     GEMM runs, from the operands it reads."""
     if kernel not in KERNELS:
@@ -59,8 +67,10 @@ def input_sums(A, B, *, weighted=False, ext=False, absolute=False, kernel="fused
     if A.dtype.kind in "iu" and (ext or absolute):
         raise ValueError("fpx.abft: integer GEMMs are checked exactly: no statistics")
     with np.errstate(all="ignore"):
-        s = (_fused_in if kernel == "fused" else _plain_in)(A, B, weighted, ext, absolute)
+        s = _fused_in(A, B, weighted, ext, absolute, threads) if kernel == "fused" else \
+            _plain_in(A, B, weighted, ext, absolute)
     s.kernel, s.weighted, s.absolute, s.dtype = kernel, weighted, absolute, A.dtype
+    s.threads = threads
     return s
 
 
@@ -117,7 +127,7 @@ def _plain_out(s, C):
 # ---------------------------------------------------------------------------------------------
 # fused numba passes
 # ---------------------------------------------------------------------------------------------
-def _rows(X, G, w1=None, w2=None, v1=None, v2=None, ext=False):
+def _rows(X, G, w1=None, w2=None, v1=None, v2=None, ext=False, threads=1):
     """``kernels.abft.row_pass`` over X's rows for G batch entries: (out (5, G, R), extrema
     (max, min) as float64 or None)."""
     from fpx.kernels import abft as K
@@ -125,20 +135,20 @@ def _rows(X, G, w1=None, w2=None, v1=None, v2=None, ext=False):
     out = np.empty((5, G, X.shape[1]), acc)
     keys = X.view(np.dtype(f"i{X.itemsize}")) if ext else None
     kx = np.empty((2, G, X.shape[1]), keys.dtype) if ext else None
-    K.row_pass(X, w1, w2, v1, v2, keys, out, kx)
+    K.row_pass(X, w1, w2, v1, v2, keys, out, kx, threads)
     return out, (K.keys_to_floats(kx, X.dtype) if ext else None)
 
 
-def _fused_in(A, B, weighted, ext, absolute):
+def _fused_in(A, B, weighted, ext, absolute, threads):
     acc = _acc(A.dtype)
     N = B.shape[-1]
     r2 = np.arange(1, N + 1, dtype=acc)[None] if weighted else None
     ones = np.ones((1, N), acc) if absolute else None
-    ob, eb = _rows(B, B.shape[0], w1=r2, v1=ones, ext=ext)
+    ob, eb = _rows(B, B.shape[0], w1=r2, v1=ones, ext=ext, threads=threads)
     b1, b2 = ob[0], (ob[1] if weighted else None)
     rb = ob[3] if absolute else None
     oa, ea = _rows(A, max(A.shape[0], B.shape[0]), w1=b1, w2=b2, v1=rb,
-                   v2=np.abs(b1) if absolute else None, ext=ext)
+                   v2=np.abs(b1) if absolute else None, ext=ext, threads=threads)
     s = Sums(b1=b1, b2=b2, chk=oa[1])
     if weighted:
         s.chk2 = oa[2]
@@ -153,7 +163,8 @@ def _fused_out(s, C):
     acc = _acc(C.dtype)
     N = C.shape[-1]
     r2 = np.arange(1, N + 1, dtype=acc)[None] if s.weighted else None
-    oc, _ = _rows(C, C.shape[0], w1=r2, v1=np.ones((1, N), acc) if s.absolute else None)
+    oc, _ = _rows(C, C.shape[0], w1=r2, v1=np.ones((1, N), acc) if s.absolute else None,
+                  threads=s.threads)
     s.obs = oc[0]
     if s.weighted:
         s.obs2 = oc[1]
