@@ -311,16 +311,6 @@ def test_polygamma_of_an_interval_holds_mpmath_at_every_point(n):
     assert (iv.lo == -np.inf).all() and (iv.hi == np.inf).all()   # a pole inside: unbounded
 
 
-def _adapter_maps_the_negative_axis():
-    try:
-        fpx.interval(torch.digamma)(torch.tensor([-0.5]))
-    except fpx.interop.torch.UnmappedOpError:
-        return False
-    return True
-
-
-@pytest.mark.skipif(not _adapter_maps_the_negative_axis(),
-                    reason="the torch adapter still refuses digamma/polygamma at x <= 0")
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=str)
 def test_torch_digamma_and_polygamma_of_negative_arguments_hold_torch(dtype):
     """Through the adapter (the dtype's two paths: its own, and float32 rounded once)."""

@@ -208,19 +208,6 @@ CASES = {
 }
 
 
-def _adapter_maps_the_negative_axis():
-    try:
-        fpx.interval(torch.digamma)(torch.tensor([-0.5]))
-    except fpx.interop.torch.UnmappedOpError:
-        return False
-    return True
-
-
-if not _adapter_maps_the_negative_axis():     # (an adapter that still refuses x <= 0)
-    for _name in ("digamma", "polygamma2"):
-        del CASES[_name]
-
-
 SIZES = (7, 100)      # 100: vectors of 8, 16 and 32 lanes and a tail; elementwise ops only that
 
 

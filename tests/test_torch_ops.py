@@ -61,17 +61,22 @@ def test_digamma_classify_float32_against_float64_is_roundoff():
     assert fpx.classify(torch.digamma, wrong, x).kind == "bug"
 
 
-def test_digamma_of_nonpositive_arguments_is_refused():
-    with pytest.raises(UnmappedOpError, match="arguments <= 0"):
-        fpx.interval(torch.digamma)(torch.tensor([2.0, -0.5]))
+def test_digamma_of_nonpositive_arguments_is_torchs():
+    """x < 0: the reflection formula; 0 -> -inf, negative integers -> NaN (no claim)."""
+    x = torch.tensor([2.0, -0.5, -1.5, 0.0, -3.0])
+    iv = fpx.interval(torch.digamma)(x)
+    y = torch.digamma(x).double().numpy()
+    assert iv.contains(y)[:4].all() and np.isnan(y[4]) and np.isnan(iv.lo[4])
 
 
 def test_digamma_in_a_numpy_program():
-    x = np.array([0.25, 1.4616321, 3.0, 50.0], np.float32)
+    x = np.array([0.25, 1.4616321, 3.0, 50.0, -1.5], np.float32)
     iv = fpx.interval(fpx.nn.digamma)(x)
     assert iv.contains(scipy.special.digamma(x.astype(np.float64))).all()
     with np.errstate(divide="ignore", invalid="ignore"):
-        assert np.isnan(fpx.nn.digamma(np.array([-1.5, 0.0]))).all()
+        y = fpx.nn.digamma(np.array([-1.5, 0.0, -2.0]))
+    assert abs(y[0] - scipy.special.digamma(-1.5)) < 1e-12 and y[1] == -np.inf
+    assert np.isnan(y[2])
 
 
 AS_STRIDED = {

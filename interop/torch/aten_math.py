@@ -10,7 +10,6 @@ import numpy as np
 import fpx.nn as fnn
 import fpx.numpy as fnp
 import fpx.nn_special as _special
-from fpx.core import concrete
 from fpx.interop.torch.table import (HALF, Lazy, UnmappedOpError, accumulate, cast, compare,
                                      dim_of, dims_of, dtype_of, elementwise, is_arr, is_float,
                                      opmath, shape_of)
@@ -81,10 +80,8 @@ _op("aten.atan2")(elementwise(fnp.arctan2))
 
 @_op("aten.digamma")
 def _digamma(ctx, x):
-    """torch's CPU kernel step by step (``fpx.nn.digamma``); float16/bfloat16 through float32."""
-    if bool((concrete(x) <= 0).any()):
-        raise UnmappedOpError(ctx.op, " for arguments <= 0 (torch's reflection formula, "
-                                      "pi / tan(pi x) in double, is not modelled)")
+    """torch's CPU kernel step by step (``fpx.nn.digamma``, the reflection formula for x < 0);
+    float16/bfloat16 through float32."""
     return elementwise(fnn.digamma)(ctx, x)
 
 
@@ -94,15 +91,12 @@ _op("aten.lgamma")(elementwise(_special.lgamma))
 @_op("aten.polygamma")
 def _polygamma(ctx, n, x):
     """ψ⁽ⁿ⁾: n = 0 is digamma, n = 1 torch's trigamma kernel step by step
-    (``fpx.nn_special.trigamma``), n >= 2 (x > 0) ``fpx.nn_special.polygamma``;
-    float16/bfloat16 through float32."""
+    (``fpx.nn_special.trigamma``), n >= 2 ``fpx.nn_special.polygamma``; float16/bfloat16
+    through float32."""
     if n == 0:
         return _digamma(ctx, x)
     if n == 1:
         return elementwise(_special.trigamma)(ctx, x)
-    if bool((concrete(x) <= 0).any()):
-        raise UnmappedOpError(ctx.op, f" for n = {n} and arguments <= 0 (torch's zeta(n + 1, "
-                                      "x) on the negative axis is not modelled)")
     half = np.dtype(ctx.dtype) in HALF
     return cast(_special.polygamma(n, cast(x, opmath(ctx.dtype)),
                                    stored=ctx.dtype if half else None), ctx.dtype)
