@@ -27,7 +27,7 @@ matmul in float32) is rounded back to the operands' dtype, as a framework does.
 ``conv_transpose``                  the adjoint of conv
 ``adaptive_avg_pool``               windows [floor(i n/m), ceil((i+1) n/m)), sum / length per dim
 ``upsample_nearest``                a gather at PyTorch's nearest source indices
-``digamma``                         ψ(x) as torch's CPU kernel computes it, every x (:mod:`fpx.nn_special`)
+``digamma``                         ψ(x) (every x) as torch's CPU kernel (:mod:`fpx.nn_special`)
 ``scaled_dot_product_attention``    softmax(q k^T * scale + mask) v
 ``cross_entropy``                   -log_softmax(logits)[label] (or -sum(p * log_softmax))
 ``linear(x, w, b)``                 x @ w.T + b (PyTorch weight layout)
