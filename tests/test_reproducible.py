@@ -196,7 +196,7 @@ def _loop_matmul(a, b, order):
     return ref_sequential(terms) if order == 0 else ref_pairwise(terms)
 
 
-@pytest.mark.parametrize("dt", [np.float32, np.float64])
+@pytest.mark.parametrize("dt", [np.float32, pytest.param(np.float64, marks=pytest.mark.slow)])
 def test_ordered_kernel_is_a_plain_loop_for_any_tiling_layout_and_threads(dt):
     """Shapes across the tile edges (ordered.ROWS x ordered.COLS), the register blocks, the
     chunks of terms (ordered._KC) and the vector width; the same bits from the spec's loop,
