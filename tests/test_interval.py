@@ -933,7 +933,8 @@ def test_random_dags_numpy_policy():
     _assert_coverage(stats, _n(3000), _n(80000))
 
 
-@pytest.mark.parametrize("policy", ["tf32", "cuda", "ieee"])
+@pytest.mark.parametrize("policy", [pytest.param("tf32", marks=pytest.mark.slow),
+                                    pytest.param("cuda", marks=pytest.mark.slow), "ieee"])
 def test_random_dags_emulated_policies(policy):
     """Correctly rounded elementwise ops (NumPy's +-*/ sqrt casts are correctly rounded, so the
     program's value is an execution of every policy) with matmuls/sums executed as the policy
