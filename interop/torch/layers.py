@@ -13,31 +13,41 @@ _HOLDERS = (torch.nn.ParameterList, torch.nn.ParameterDict)
 _CONTAINERS = (torch.nn.Sequential, torch.nn.ModuleList, torch.nn.ModuleDict)
 
 
+# modules whose forward is functional code on their children's weights: the children never run
+_FUNCTIONAL = (torch.nn.MultiheadAttention,)
+
+
+def _running_children(module) -> list[tuple[str, torch.nn.Module]]:
+    """``module``'s direct children that can run: not the parameter holders
+    (``ParameterList``, ``ParameterDict``), nor ``MultiheadAttention``'s ``out_proj``."""
+    if isinstance(module, _FUNCTIONAL):
+        return []
+    return [(n, c) for n, c in module.named_children() if not isinstance(c, _HOLDERS)]
+
+
 def child_layers(module) -> list[str]:
     """The names of ``module``'s direct children that can run (``[""]``, the module itself,
-    for a leaf or a module whose children only hold parameters: ``ParameterList``,
-    ``ParameterDict``)."""
-    return [n for n, c in module.named_children() if not isinstance(c, _HOLDERS)] or [""]
+    for a leaf or a module whose children only hold parameters)."""
+    return [n for n, _ in _running_children(module)] or [""]
 
 
 def fine_layers(module) -> tuple[list[str], list[str]]:
     """``(fine, composite)``: the dotted names of every submodule (``""`` the module itself)
-    that may run, split in two. Fine: a module that owns parameters (its own, or in a
-    ``ParameterList``/``ParameterDict`` child) or has no children that run (a leaf: an
-    activation, a pooling). Composite: every other module but the plain containers
-    (``Sequential``, ``ModuleList``, ``ModuleDict``, whose forward adds no arithmetic) --
-    code of its own runs between its sublayers (attention scores, a residual add)."""
+    that may run, split in two. Fine: a module with no children that run -- a Conv, a norm,
+    an LSTM, ``MultiheadAttention``, an activation, a module whose parameters live in
+    ``ParameterList``/``ParameterDict`` children. Composite: every other module but the plain
+    containers (``Sequential``, ``ModuleList``, ``ModuleDict`` without parameters of their
+    own, whose forward adds no arithmetic) -- code of its own runs between its sublayers
+    (attention scores, a residual add, a ViT's class token and position embedding)."""
     fine, composite = [], []
+    plain = {c.forward for c in _CONTAINERS}
     for name, m in module.named_modules():
         if isinstance(m, _HOLDERS):
             continue
-        kids = [c for c in m.children() if not isinstance(c, _HOLDERS)]
-        owns = (next(m.parameters(recurse=False), None) is not None
-                or any(isinstance(c, _HOLDERS) for c in m.children()))
-        if owns or not kids:
+        if not _running_children(m):
             fine.append(name)
-        elif not isinstance(m, _CONTAINERS) or type(m).forward not in {
-                c.forward for c in _CONTAINERS}:
+        elif (next(m.parameters(recurse=False), None) is not None
+              or not isinstance(m, _CONTAINERS) or type(m).forward not in plain):
             composite.append(name)
     return fine, composite
 
