@@ -15,7 +15,9 @@ transform). Timings are interleaved; medians of the repetitions, the best of the
 from small transformers configs (2 layers, width 128, sequence 32, batch 2; skipped where
 transformers is not installed), a 2-layer ``nn.LSTM`` (128) and ``nn.GRU`` -- each with the
 interval overhead vs eager, the bound's median width relative to |output|, and
-``fpx.stochastic``'s time per sample vs eager ("sr", 8 samples, serial).
+``fpx.stochastic``'s time per sample vs eager ("sr", 8 samples, serial); where torchvision
+and timm import, also torchvision resnet18, mobilenet_v3_small, efficientnet_b0, convnext_tiny
+and timm convnext_atto, vit_tiny (random weights, batch 2, 64x64; the ViT 224, batch 1).
 Prints a final JSON line.
 """
 from __future__ import annotations
@@ -122,11 +124,38 @@ def _real_models():
             torch.manual_seed(0)
             m = make().eval()
             out[name] = ((lambda m: lambda t: m(t).last_hidden_state)(m), ids)
+    out.update(_vision_models())
     x = torch.randn(2, 32, 128, generator=g)
     for name, cls in (("lstm", nn.LSTM), ("gru", nn.GRU)):
         torch.manual_seed(0)
         m = cls(128, 128, num_layers=2, batch_first=True).eval()
         out[name] = ((lambda m: lambda t: m(t)[0])(m), x)
+    return out
+
+
+def _vision_models():
+    """name -> (module, input): torchvision and timm models with random weights, batch 2,
+    64x64 (timm's ViT at 224, batch 1); none where torchvision cannot be imported (the CUDA
+    build of 0.28 beside the CPU torch 2.13 raises RuntimeError at import)."""
+    try:
+        import timm
+        import torchvision.models as tv
+    except Exception:
+        return {}
+    x = torch.randn(2, 3, 64, 64, generator=torch.Generator().manual_seed(1))
+    makers = {
+        "tv_resnet18": lambda: tv.resnet18(weights=None),
+        "tv_mobilenet_v3_small": lambda: tv.mobilenet_v3_small(weights=None),
+        "tv_efficientnet_b0": lambda: tv.efficientnet_b0(weights=None),
+        "tv_convnext_tiny": lambda: tv.convnext_tiny(weights=None),
+        "timm_convnext_atto": lambda: timm.create_model("convnext_atto", pretrained=False),
+        "timm_vit_tiny": lambda: timm.create_model("vit_tiny_patch16_224", pretrained=False),
+    }
+    x224 = torch.randn(1, 3, 224, 224, generator=torch.Generator().manual_seed(1))
+    out = {}
+    for name, make in makers.items():
+        torch.manual_seed(0)
+        out[name] = (make().eval(), x224 if "vit" in name else x)
     return out
 
 
