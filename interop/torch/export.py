@@ -168,6 +168,35 @@ def _substitute(a, env):
     return a
 
 
+def _binder(args):
+    """``env -> _substitute(args, env)`` for a node's positional arguments, laid out once per
+    node (the graph walk's per-call cost, a thousand calls per run in a recurrent model):
+    the constants in place, the graph nodes' slots, the containers that hold nodes."""
+    template = list(args)
+    slots = [(i, a) for i, a in enumerate(args) if isinstance(a, torch.fx.Node)]
+    nested = [(i, a) for i, a in enumerate(args)
+              if isinstance(a, (list, tuple, dict)) and _has_node(a)]
+
+    def bind(env):
+        vals = template.copy()
+        for i, a in slots:
+            vals[i] = env[a]
+        for i, a in nested:
+            vals[i] = _substitute(a, env)
+        return vals
+    return bind
+
+
+def _has_node(a):
+    if isinstance(a, torch.fx.Node):
+        return True
+    if isinstance(a, (list, tuple)):
+        return any(_has_node(x) for x in a)
+    if isinstance(a, dict):
+        return any(_has_node(x) for x in a.values())
+    return False
+
+
 def graph_fn(ep, xp=np):
     """The fpx function ``fn(params, *args, **kwargs)`` of an exported program: each node's
     handler in graph order, its result conformed to torch's dtype and shape, every value
@@ -176,6 +205,8 @@ def graph_fn(ep, xp=np):
     nodes = list(ep.graph.nodes)
     inputs, calls, out_node = _inputs(ep), _calls(nodes, xp), nodes[-1]
     frees = _frees(calls, out_node)
+    steps = [(n, h, ctx, _binder(n.args), n.kwargs, frees[i])
+             for i, (n, h, ctx) in enumerate(calls)]
     n_user = sum(1 for _, k, _ in inputs if k == "user")
     out_spec = ep.call_spec.out_spec
     user_out = [i for i, s in enumerate(ep.graph_signature.output_specs)
@@ -189,10 +220,10 @@ def graph_fn(ep, xp=np):
         env, it = {}, iter(user_vals)
         for n, kind, ref in inputs:
             env[n] = next(it) if kind == "user" else ref if kind == "const" else params[ref]
-        for i, (n, h, ctx) in enumerate(calls):
-            env[n] = conform(h(ctx, *_substitute(n.args, env), **_substitute(n.kwargs, env)),
-                             ctx)
-            for dead in frees[i]:
+        for n, h, ctx, args_of, kwargs, dead_here in steps:
+            kw = _substitute(kwargs, env) if kwargs else {}
+            env[n] = conform(h(ctx, *args_of(env), **kw), ctx)
+            for dead in dead_here:
                 if dead in env and dead is not n:
                     del env[dead]
         outs = [_substitute(a, env) for a in out_node.args[0]]

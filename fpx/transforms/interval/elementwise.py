@@ -14,9 +14,8 @@ from fpx.core import concrete
 from fpx.kernels import interval as _K
 from fpx.kernels.elementwise import erf as _erf_kernel
 from fpx.transforms.interval.enclosure import (E64, LIBM64_ULPS, as_f64, corners, sign_keeping,
-                                               mul_bounds, or_unstable, rounding_terms,
-                                               widen)
-from fpx.transforms.interval.interpreter import ball_rule, rule
+                                               mul_bounds, or_unstable, widen)
+from fpx.transforms.interval.interpreter import ball_rule, rule, value_dtype
 
 
 @rule("add", "sub")
@@ -28,15 +27,12 @@ def _add_sub(self, prim, a, b):
         with np.errstate(invalid="ignore"):
             z = np.where(np.isfinite(alo) & np.isfinite(ahi), 0.0, np.nan)
         return self.new(v, z, z.copy(), un, pt)
-    F = self.fmt(np.asarray(concrete(v)).dtype)
-    acc = None if F is None else self.accuracy(prim.name, F)
+    terms = self.fused_terms(prim.name, self.fmt(value_dtype(v)))
     if prim.name == "sub":
         blo, bhi = -bhi, -blo
-    if (acc is not None and sign_keeping(acc) and (F.has_inf or F.name == "float64")
-            and all(isinstance(x, np.ndarray) or np.isscalar(x) for x in (alo, ahi, blo, bhi))):
+    if terms is not None and _on_host(alo, ahi, blo, bhi):
         # one fused pass: the float64 sum, its rounding and the op's (see round_bounds)
-        R, A, top = rounding_terms(F, acc.ulps, acc.absolute, steps=1)
-        lo, hi = _K.add_bounds(alo, ahi, blo, bhi, R, A, top)
+        lo, hi = _K.add_bounds(alo, ahi, blo, bhi, *terms)
         if pt:
             lo, hi, pt = _exact_on_points(v, lo, hi, alo, blo, "add")
         return self.new(v, lo, hi, un, pt and un is None)
@@ -44,6 +40,14 @@ def _add_sub(self, prim, a, b):
         lo, hi = alo + blo, ahi + bhi
         lo, hi = self.round_result(prim.name, v, lo, hi, (alo, ahi), (blo, bhi), steps=1)
     return self.new(v, lo, hi, un)
+
+
+def _on_host(*xs):
+    """Every bound a NumPy array or a scalar (what the fused kernels take; not CuPy's)."""
+    for x in xs:
+        if not (isinstance(x, np.ndarray) or np.isscalar(x)):
+            return False
+    return True
 
 
 def _exact_on_points(v, lo, hi, a, b, op):
@@ -74,21 +78,18 @@ def _mul(self, prim, a, b):
             hi = np.where(np.isnan(alo) | np.isnan(ahi), np.nan, hi)
         lo, hi = widen(lo, hi)
     else:
-        F = self.fmt(np.asarray(concrete(v)).dtype)
-        acc = None if F is None else self.accuracy("mul", F)
-        if (acc is not None and sign_keeping(acc) and (F.has_inf or F.name == "float64")
-                and all(isinstance(z, np.ndarray) or np.isscalar(z)
-                        for z in (alo, ahi, blo, bhi))):
+        F = self.fmt(value_dtype(v))
+        terms = self.fused_terms("mul", F)
+        if terms is not None and _on_host(alo, ahi, blo, bhi):
             # one fused pass: corners, the float64 product's rounding and the op's
-            R, A, top = rounding_terms(F, acc.ulps, acc.absolute, steps=1)
-            lo, hi = _K.mul_bounds(alo, ahi, blo, bhi, R, A, top)
+            lo, hi = _K.mul_bounds(alo, ahi, blo, bhi, *terms)
             if pt and F.p <= 26:
                 lo, hi, pt = _exact_on_points(v, lo, hi, alo, blo, "mul")
             return self.new(v, lo, hi, un, pt and un is None and F.p <= 26)
         lo, hi = mul_bounds(alo, ahi, blo, bhi)
     with np.errstate(invalid="ignore", over="ignore"):
         lo, hi = self.round_result("mul", v, lo, hi, (alo, ahi), (blo, bhi))
-    if a is b and self._own(a) and self.fmt(np.asarray(concrete(v)).dtype) is not None:
+    if a is b and self._own(a) and self.fmt(value_dtype(v)) is not None:
         lo = np.where(lo < 0, 0.0, lo)        # a rounded square is never negative
     return self.new(v, lo, hi, un)
 
@@ -99,7 +100,7 @@ def _div(self, prim, a, b):
     zero = (blo <= 0) & (bhi >= 0)
     with np.errstate(invalid="ignore", over="ignore", divide="ignore"):
         lo, hi = corners(np.divide, alo, ahi, blo, bhi)
-        F = self.fmt(np.asarray(concrete(v)).dtype)
+        F = self.fmt(value_dtype(v))
         signed = F is not None and sign_keeping(self.accuracy("div", F))
         if signed:          # the exact quotient's sign, from the operands' (it may underflow)
             nonneg = ((alo >= 0) & (blo > 0)) | ((ahi <= 0) & (bhi < 0))
@@ -121,7 +122,7 @@ def _div(self, prim, a, b):
 @rule("fma")
 def _fma(self, prim, a, b, c):
     v = self.value_of(prim, (a, b, c), {})
-    dt = np.asarray(concrete(v)).dtype
+    dt = value_dtype(v)
     alo, ahi, au, _ = self.bounds(a, dt)
     blo, bhi, bu, _ = self.bounds(b, dt)
     clo, chi, cu, _ = self.bounds(c, dt)
@@ -135,7 +136,7 @@ def _fma(self, prim, a, b, c):
 def _exact_int(self, prim, v, lo, hi, u, pt):
     """The tracer of an exact op's bounds; an integer result goes through the dtype's range
     check (``-INT_MIN`` and ``abs(INT_MIN)`` wrap around in NumPy)."""
-    dt = np.asarray(concrete(v)).dtype
+    dt = value_dtype(v)
     if dt.kind in "iu":
         lo, hi = self.integer_bounds(prim.name, dt, lo, hi)
         pt = pt and bool(np.array_equal(lo, hi))
@@ -366,7 +367,7 @@ def _floor_divide(self, prim, a, b):
     16358.3 // 1 is 16360)."""
     v, (alo, ahi), (blo, bhi), un, _ = self.binary(prim, a, b)
     zero = (blo <= 0) & (bhi >= 0)
-    dt = np.asarray(concrete(v)).dtype
+    dt = value_dtype(v)
     F = None if dt.kind in "iub" else self.fmt(dt)
     u = 2.0 ** -(F.p if F is not None else 53)
     with np.errstate(all="ignore"):
@@ -393,7 +394,7 @@ def _remainder(self, prim, a, b):
     pos, neg = blo > 0, bhi < 0
     lo = np.where(pos, 0.0, np.where(neg, blo, -np.inf))
     hi = np.where(pos, bhi, np.where(neg, 0.0, np.inf))
-    dt = np.asarray(concrete(v)).dtype
+    dt = value_dtype(v)
     if dt.kind in "iu":
         with np.errstate(all="ignore"):
             qlo, qhi = widen(*corners(np.divide, alo, ahi, blo, bhi))

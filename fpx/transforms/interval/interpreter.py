@@ -25,7 +25,8 @@ from fpx.core import Interpreter, Tracer, _user_frame, concrete, scalar_operator
 from fpx.kernels import interval as _K
 from fpx.policy import get_policy
 from fpx.transforms.interval.enclosure import (E64, accuracy_terms, as_f64, gamma,
-                                               or_unstable, round_bounds, widen)
+                                               or_unstable, round_bounds, rounding_terms,
+                                               sign_keeping, widen)
 from fpx.transforms.interval.result import Event
 
 MATMUL_MODES = ("midrad", "fast", "exact-center")
@@ -36,6 +37,28 @@ _SCALAR_OPS = {"add": operator.add, "sub": operator.sub, "mul": operator.mul,
                "div": operator.truediv, "pow": operator.pow, "neg": operator.neg,
                "abs": operator.abs, "floor_divide": operator.floordiv,
                "remainder": operator.mod}
+
+
+def _shape(x):
+    """``np.shape(x)``, without NumPy's dispatch for an array (most calls: every rule's
+    result goes through it)."""
+    return x.shape if type(x) is np.ndarray else np.shape(x)
+
+
+def value_dtype(v):
+    """The dtype of a program value (a concrete array or scalar, or a tracer of one)."""
+    c = concrete(v)
+    return c.dtype if type(c) is np.ndarray else np.asarray(c).dtype
+
+
+def _frozen(a, shape):
+    """``a`` as a read-only array of ``shape`` (a tracer's bound: no kernel may then write its
+    result into it, see ``enclosure.owned``): a fresh array of that shape is marked read-only
+    in place, anything else broadcast (a read-only view)."""
+    if type(a) is np.ndarray and a.shape == shape:
+        a.flags.writeable = False
+        return a
+    return np.broadcast_to(a, shape)
 
 
 class IntervalTracer(Tracer):
@@ -60,7 +83,7 @@ class IntervalTracer(Tracer):
             v = as_f64(v)
         lo, hi, _ = _K.center_bounds(v, self.rad, 1.0, 0.0, self.top)
         shape = np.shape(concrete(self.primal))
-        self._lo, self._hi = np.broadcast_to(lo, shape), np.broadcast_to(hi, shape)
+        self._lo, self._hi = _frozen(lo, shape), _frozen(hi, shape)
 
     @property
     def lo(self):
@@ -106,14 +129,22 @@ class IntervalInterpreter(Interpreter):
         self.events: list[Event] = []
         self._acc_cache: dict = {}
         self._formats: dict = {}
+        self._fmt_cache: dict = {}      # dtype -> fmt(dtype)
+        self._fused: dict = {}          # (op, format, steps) -> fused_terms(...)
 
     def process(self, prim, args, params):
         rule = self.ball_rules.get(prim.name)
-        if rule is not None and any(self._own(a) and a.rad is not None for a in args):
+        if rule is not None and self._any_ball(args):
             y = rule(self, prim, *args, **params)
             if y is not None:
                 return y
         return super().process(prim, args, params)
+
+    def _any_ball(self, args):
+        for a in args:
+            if isinstance(a, IntervalTracer) and a._interp is self and a.rad is not None:
+                return True
+        return False
 
     @classmethod
     def def_ball_rule(cls, *names):
@@ -127,12 +158,21 @@ class IntervalInterpreter(Interpreter):
     # -- formats and accuracies ------------------------------------------------------------
     def fmt(self, dtype):
         """The format of a ``dtype`` result under the policy (``formats.FlushedFormat`` where
-        the policy flushes it to zero); None for integer and bool dtypes."""
+        the policy flushes it to zero); None for integer and bool dtypes. Resolved once per
+        dtype (every rule asks)."""
         try:
-            F = _formats.get(dtype)
+            return self._fmt_cache[dtype]
+        except (KeyError, TypeError):      # (TypeError: an unhashable dtype-like)
+            pass
+        try:
+            F = self.flushed(_formats.get(dtype))
         except (TypeError, ValueError):
-            return None
-        return self.flushed(F)
+            F = None
+        try:
+            self._fmt_cache[dtype] = F
+        except TypeError:
+            pass
+        return F
 
     def flushed(self, F):
         """F as the policy computes in it: a ``formats.FlushedFormat`` where it flushes F's
@@ -156,6 +196,25 @@ class IntervalInterpreter(Interpreter):
         if acc is None:
             acc = self._acc_cache[key] = self.policy.accuracy(prim_name, fmt)
         return acc
+
+    def fused_terms(self, prim_name, F, steps=1):
+        """``enclosure.rounding_terms`` (rel, abs, top) of one ``prim_name`` rounding into F
+        after ``steps`` float64 steps, for the fused add/mul kernels -- or None where they do
+        not apply: no format (an exact integer op), an accuracy that is not sign-keeping
+        (``enclosure.sign_keeping``), a format without infinities other than float64.
+        Resolved once per (op, format, steps)."""
+        key = (prim_name, F, steps)
+        try:
+            return self._fused[key]
+        except KeyError:
+            pass
+        terms = None
+        if F is not None and (F.has_inf or F.name == "float64"):
+            acc = self.accuracy(prim_name, F)
+            if sign_keeping(acc):
+                terms = rounding_terms(F, acc.ulps, acc.absolute, steps=steps)
+        self._fused[key] = terms
+        return terms
 
     # -- events ----------------------------------------------------------------------------
     def note(self, kind, what, count=1):
@@ -222,7 +281,8 @@ class IntervalInterpreter(Interpreter):
         A Python operator on scalars only (Python numbers, NumPy scalars) is the operator's
         own arithmetic, as in the program (``fpx.core.scalar_operator_active``): a weak
         Python result, libm's pow rather than NumPy's array loop."""
-        primals = [a.primal if self._own(a) else a for a in args]
+        primals = [a.primal if isinstance(a, IntervalTracer) and a._interp is self else a
+                   for a in args]
         op = _SCALAR_OPS.get(prim.name)
         if (op is not None and not params and scalar_operator_active()
                 and all(isinstance(p, (int, float, np.generic)) for p in primals)):
@@ -268,7 +328,7 @@ class IntervalInterpreter(Interpreter):
     def binary(self, prim, a, b, params=None):
         """(value, (alo, ahi), (blo, bhi), unstable, point) of a binary op's operands."""
         v = self.value_of(prim, (a, b), params or {})
-        dt = np.asarray(concrete(v)).dtype
+        dt = value_dtype(v)
         alo, ahi, au, ap = self.bounds(a, dt)
         blo, bhi, bu, bp = self.bounds(b, dt)
         return v, (alo, ahi), (blo, bhi), or_unstable(au, bu), ap and bp
@@ -287,10 +347,10 @@ class IntervalInterpreter(Interpreter):
 
     # -- results ---------------------------------------------------------------------------
     def new(self, value, lo, hi, unstable=None, point=False):
-        shape = np.shape(concrete(value))
-        if np.shape(lo) != shape or np.shape(hi) != shape:   # e.g. remainder's [0, b) range
+        shape = _shape(concrete(value))
+        if _shape(lo) != shape or _shape(hi) != shape:   # e.g. remainder's [0, b) range
             lo, hi = np.broadcast_to(lo, shape), np.broadcast_to(hi, shape)
-        if unstable is not None and np.shape(unstable) != shape:
+        if unstable is not None and _shape(unstable) != shape:
             unstable = np.broadcast_to(unstable, shape)
         return IntervalTracer(self, value, lo, hi, unstable, point)
 
@@ -320,7 +380,7 @@ class IntervalInterpreter(Interpreter):
     def round_result(self, prim_name, value, lo, hi, *inputs, steps=0):
         """Add the rounding error of ``prim_name`` with its result in ``value``'s format to the
         fresh bounds lo/hi (computed with ``steps`` float64 steps not yet widened)."""
-        dt = np.asarray(concrete(value)).dtype
+        dt = value_dtype(value)
         F = self.fmt(dt)
         if F is None:  # integer / bool result: exact
             lo, hi = widen(lo, hi, steps) if steps else (lo, hi)
