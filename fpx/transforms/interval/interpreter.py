@@ -51,6 +51,35 @@ def value_dtype(v):
     return c.dtype if type(c) is np.ndarray else np.asarray(c).dtype
 
 
+#: arrays up to this many elements are copied to C order before a kernel reads them
+SMALL = 2 ** 14
+
+
+def dense(a):
+    """``a`` in C order where it is a small strided array (a gate sliced out of a recurrent
+    cell's GEMM, a head-split activation): the copy costs less than the kernels' layout
+    analysis (``kernels.interval._flat``), which copies such a slice anyway -- the same
+    elements, so the same bounds; read-only, as the view was not the kernels' to write
+    into (``enclosure.owned``). Anything else as it is."""
+    if type(a) is np.ndarray and not a.flags.c_contiguous and a.size <= SMALL:
+        a = np.ascontiguousarray(a)
+        a.flags.writeable = False
+    return a
+
+
+def _as_shape(a, shape):
+    """An operand's bound laid out as the kernels take it in place: with as many elements as
+    the result, of the result's shape (a view: the shapes then differ by leading 1s only, as
+    broadcasting does); a 0-d array as a NumPy scalar (a constant's bound). The same values:
+    their broadcast is the one the op makes."""
+    if type(a) is np.ndarray and a.shape != shape:
+        if not a.ndim:
+            return a[()]
+        if a.size == math.prod(shape) and a.size:
+            return a.reshape(shape)
+    return a
+
+
 def _frozen(a, shape):
     """``a`` as a read-only array of ``shape`` (a tracer's bound: no kernel may then write its
     result into it, see ``enclosure.owned``): a fresh array of that shape is marked read-only
@@ -81,7 +110,7 @@ class IntervalTracer(Tracer):
             return
         if np.asarray(v).dtype not in (np.float32, np.float64):
             v = as_f64(v)
-        lo, hi, _ = _K.center_bounds(v, self.rad, 1.0, 0.0, self.top)
+        lo, hi, _ = _K.center_bounds(dense(v), dense(self.rad), 1.0, 0.0, self.top)
         shape = np.shape(concrete(self.primal))
         self._lo, self._hi = _frozen(lo, shape), _frozen(hi, shape)
 
@@ -328,9 +357,12 @@ class IntervalInterpreter(Interpreter):
     def binary(self, prim, a, b, params=None):
         """(value, (alo, ahi), (blo, bhi), unstable, point) of a binary op's operands."""
         v = self.value_of(prim, (a, b), params or {})
-        dt = value_dtype(v)
+        c = concrete(v)
+        dt = value_dtype(c)
         alo, ahi, au, ap = self.bounds(a, dt)
         blo, bhi, bu, bp = self.bounds(b, dt)
+        if type(c) is np.ndarray:       # (1, n) + (n,), 1 + x: no broadcast in the kernels
+            alo, ahi, blo, bhi = (_as_shape(x, c.shape) for x in (alo, ahi, blo, bhi))
         return v, (alo, ahi), (blo, bhi), or_unstable(au, bu), ap and bp
 
     def radius(self, x):

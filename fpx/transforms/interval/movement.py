@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 from fpx.core import concrete
-from fpx.transforms.interval.interpreter import ball_rule, rule
+from fpx.transforms.interval.interpreter import ball_rule, dense, rule
 
 
 def _movement(apply):
@@ -13,8 +13,8 @@ def _movement(apply):
         v = self.value_of(prim, args, params)
         dt = np.asarray(concrete(v)).dtype
         bs = [self.bounds(x, dt) for x in args]
-        lo = apply(prim, [b[0] for b in bs], params)
-        hi = apply(prim, [b[1] for b in bs], params)
+        lo = dense(apply(prim, [b[0] for b in bs], params))
+        hi = dense(apply(prim, [b[1] for b in bs], params))
         if any(b[2] is not None for b in bs):
             us = [b[2] if b[2] is not None else np.zeros(np.shape(b[0]), bool) for b in bs]
             un = apply(prim, us, params, fill=False)
@@ -51,6 +51,6 @@ def _move_ball(self, prim, x, **params):
     """A ball moves as its value does: the same movement of its radius."""
     v = self.value_of(prim, (x,), params)
     un = None if x.unstable is None else _apply_np(prim, [x.unstable], params)
-    return self.new_ball(v, _apply_np(prim, [x.rad], params), x.top, un)
+    return self.new_ball(v, dense(_apply_np(prim, [x.rad], params)), x.top, un)
 
 
