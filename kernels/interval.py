@@ -15,8 +15,10 @@ rounding error and map overflow to infinity; these do it in one pass per bound.
   kernels are in :mod:`fpx.kernels.interval_nn`.
 * balls (every execution within ``r`` of the program's value ``v``): ``ball_radius`` (box
   to ball), ``center_bounds(c, R, f, a, top, b)`` (ball to box: ``c ∓ (R·f + a + b·|c|)``
-  widened outward, past ``top`` ∓inf), ``ball_affine`` (a radius through a constant),
-  ``ball_floor`` (through a ReLU).
+  widened outward, past ``top`` ∓inf), ``ball_affine`` (a radius through a constant, or
+  the sum of two balls), ``ball_floor`` (through a ReLU); ``center_ball`` and
+  ``parts_ball``: a contraction's own centre's bound as a ball about the value (the centre
+  an array, or the float32 parts of a split-K sum, read in one pass).
 * GEMM factors of a ball: ``mm_left_ball`` (``L = c2·(|v| + r) + r``) and ``mm_right_ball``
   (``|v| + r`` and ``r``), float32 upper bounds (bumped by ``2^-23`` relative and at least
   ``F32_FLOOR`` = 2^-102: no subnormal operands or products in the radius GEMM, which cost
@@ -723,24 +725,24 @@ def center_ball(c, v, R, f, a, top, b=0.0):
 
 
 @numba.njit(cache=True, error_model="numpy")
-def _ball_affine_loop(v, r, g, b, a, out):
+def _ball_affine_loop(v, r, r2, g, b, a, out):
     n_bad = 0
     for i in range(out.shape[0]):
         for j in range(out.shape[1]):
             vv = np.float64(_at(v, i, j))
-            rr = (np.float64(_at(r, i, j)) * _at(g, i, j) + abs(vv) * _at(b, i, j)
-                  + _at(a, i, j)) * (1.0 + 4 * _E)
+            rr = ((np.float64(_at(r, i, j)) + np.float64(_at(r2, i, j))) * _at(g, i, j)
+                  + abs(vv) * _at(b, i, j) + _at(a, i, j)) * (1.0 + 4 * _E)
             _put_up(out, i, j, rr)
             n_bad += (abs(vv) == math.inf) | (vv != vv) | (rr != rr) | (rr == math.inf)
     return n_bad
 
 
-def ball_affine(v, r, g, b, a):
-    """(r', n_bad): ``r' >= g·r + b·|v| + a`` elementwise (g, b, a arrays -- a row, a
+def ball_affine(v, r, g, b, a, r2=0.0):
+    """(r', n_bad): ``r' >= g·(r + r2) + b·|v| + a`` elementwise (g, b, a arrays -- a row, a
     per-channel column -- or scalars): a ball's radius about a new value (a GEMM's ``R·f + a
-    + b·|v|``; a constant added or multiplied; a per-channel affine map, v its input's value);
-    ``n_bad`` counts non-finite values or radii."""
-    args, (o,), shape, (ro,) = _flat((v, r, g, b, a), (_radius_dtype(v),))
+    + b·|v|``; a constant added or multiplied; a per-channel affine map, v its input's value;
+    the sum of two balls, radii r and r2); ``n_bad`` counts non-finite values or radii."""
+    args, (o,), shape, (ro,) = _flat((v, r, r2, g, b, a), (_radius_dtype(v),))
     n_bad = _ball_affine_loop(*args, o)
     return _result(ro, shape), n_bad
 
@@ -780,6 +782,48 @@ def _parts_loop(parts, bias, s_coef, C, E):
             b = np.float64(_at(bias, i, j))
             C[i, j] = c + b
             E[i, j] = (s + abs(b)) * s_coef * (1.0 + 4 * _E)
+
+
+@numba.njit(cache=True, error_model="numpy")
+def _parts_ball_loop(parts, bias, e_coef, v, R, f, a, cb, top, least, r):
+    cols = r.shape[1]
+    cs, ss = np.empty(cols), np.empty(cols)       # the row's C and Σ|parts|, in L1
+    n_bad = 0
+    for i in range(r.shape[0]):
+        for j in range(cols):
+            b = np.float64(_at(bias, i, j))
+            cs[j] = b
+            ss[j] = abs(b)
+        for k in range(len(parts)):
+            p = parts[k]
+            for j in range(cols):
+                x = np.float64(_at(p, i, j))
+                cs[j] += x
+                ss[j] += abs(x)
+        for j in range(cols):
+            aa = (np.float64(_at(a, i, j)) + ss[j] * e_coef) * (1.0 + 8 * _E)
+            lo, hi, bad = _centred(cs[j], np.float64(_at(R, i, j)), _at(f, i, j), aa, cb,
+                                   top, -math.inf)
+            vv = np.float64(_at(v, i, j))
+            r1, r2 = vv - lo, hi - vv
+            r0 = r1 if r1 > r2 else r2
+            r0 = math.nan if (r1 != r1) | (r2 != r2) else r0
+            _put_up(r, i, j, r0 * (1.0 + 3 * _E))
+            n_bad += bad | (r0 != r0) | (r0 == math.inf) | ((r0 > 0.0) & (r0 < least))
+    return n_bad
+
+
+def parts_ball(parts, bias, e_coef, v, R, f, a, top, b=0.0):
+    """(r, n_bad): ``center_ball`` of the centre ``C = Σ parts + bias`` with ``a`` raised by
+    ``e_coef·(Σ|parts| + |bias|)``, read from the parts in one pass: ``parts_sum``,
+    ``scale_up`` and ``center_ball`` without writing C or its error term."""
+    n = len(parts)
+    args, (r,), shape, (rr,) = _flat(tuple(parts) + (bias, v, R, f, a), (_radius_dtype(v),))
+    cb = (float(b) + 8 * _E) * (1.0 + 4 * _E)
+    least = F32_FLOOR if r.dtype == np.float32 else 0.0
+    n_bad = _parts_ball_loop(tuple(args[:n]), args[n], float(e_coef), *args[n + 1:], cb,
+                             float(top), least, r)
+    return _result(rr, shape), n_bad
 
 
 def parts_sum(parts, bias, s_coef):

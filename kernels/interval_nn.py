@@ -4,9 +4,11 @@ where the rules' decompositions made ~25 passes over the whole block. The deriva
 the rules' docstrings (``fpx/transforms/interval/nn.py``); the elementwise and ball kernels
 they share are in :mod:`fpx.kernels.interval`.
 
-* ``softmax_bounds``: the monotone bound of softmax over a box, row by row (with the
-  log-domain bound where every shifted exp underflows);
-* ``layer_norm_bounds``: layer norm over a box, coupling the row's mean and variance;
+* ``softmax_bounds``: the monotone bound of softmax over a box (or a ball, read as its box a
+  block of rows at a time), row by row (with the log-domain bound where every shifted exp
+  underflows);
+* ``layer_norm_bounds``: layer norm over a box or a ball, coupling the row's mean and
+  variance, the result a box or a ball about the program's value;
 * ``ball_inside``: attention's test whether a hull can tighten a block of balls.
 """
 from __future__ import annotations
@@ -16,7 +18,7 @@ import math
 import numba
 import numpy as np
 
-from fpx.kernels.interval import _E, _TINY, _at, _radius_abs_up
+from fpx.kernels.interval import _E, _TINY, _at, _put_up, _radius_abs_up, center_bounds
 
 
 @numba.njit(inline="always")
@@ -216,20 +218,28 @@ def _softmax_row_underflow(dl, dh, el, eh, sl, sh, libm, ylo, yhi, r_e, a_e, r_d
 _SOFTMAX_BLOCK = 256
 
 
-def softmax_bounds(lo, hi, r_s, a_s, k, r_e, a_e, r_d, a_d, dlow, dhigh, g64, libm):
-    """fpx.interval's softmax rule (see its docstring for the derivation) along the last axis:
-    two compiled row passes around NumPy's SIMD exp, elementwise loops that vectorize (the
-    NumPy spelling made ~35 passes over the whole block; a scalar exp per element in the loop
-    is slower still, and so are loops that carry the rows' maxima and branches), over blocks
-    of rows that stay in cache."""
-    shape = lo.shape
-    lo2 = np.ascontiguousarray(lo, np.float64).reshape(-1, shape[-1])
-    hi2 = np.ascontiguousarray(hi, np.float64).reshape(-1, shape[-1])
+def softmax_bounds(x, r_s, a_s, k, r_e, a_e, r_d, a_d, dlow, dhigh, g64, libm):
+    """fpx.interval's softmax rule (see its docstring for the derivation) along the last axis
+    of ``x``, a box (lo, hi) or a ball (v, r, top) whose box is formed a block of rows at a
+    time (``center_bounds``, as the ball's own ``lo``/``hi``): two compiled row passes around
+    NumPy's SIMD exp, elementwise loops that vectorize (the NumPy spelling made ~35 passes
+    over the whole block; a scalar exp per element in the loop is slower still, and so are
+    loops that carry the rows' maxima and branches), over blocks of rows that stay in
+    cache."""
+    shape = x[0].shape
+    a2, b2 = (np.ascontiguousarray(z).reshape(-1, shape[-1]) for z in x[:2])
+    consts = (float(r_s), float(a_s), float(k))
+    if len(x) == 2:
+        a2, b2 = np.asarray(a2, np.float64), np.asarray(b2, np.float64)
 
-    def shift(s, e, dl, dh):
-        _softmax_shift(lo2[s:e], hi2[s:e], float(r_s), float(a_s), float(k), dl, dh)
-    ylo, yhi = np.empty(lo2.shape), np.empty(lo2.shape)
-    _softmax_blocks(shift, lo2.shape, (r_e, a_e, r_d, a_d, dlow, dhigh, g64, k, libm),
+        def shift(s, e, dl, dh):
+            _softmax_shift(a2[s:e], b2[s:e], *consts, dl, dh)
+    else:
+        def shift(s, e, dl, dh):
+            lo, hi, _ = center_bounds(a2[s:e], b2[s:e], 1.0, 0.0, x[2])
+            _softmax_shift(lo, hi, *consts, dl, dh)
+    ylo, yhi = np.empty(a2.shape), np.empty(a2.shape)
+    _softmax_blocks(shift, a2.shape, (r_e, a_e, r_d, a_d, dlow, dhigh, g64, k, libm),
                     ylo, yhi)
     return ylo.reshape(shape), yhi.reshape(shape)
 
@@ -293,30 +303,73 @@ def _ln_q_max(n, var_lo, M2, e_mu, a_v, g_v, d_op, d_s, eta, eps):
     return best / (1 - d_s) * (1 + 8 * E) + _TINY
 
 
+@numba.njit(inline="always", error_model="numpy")
+def _ln_load(v, a, b, i, ball, vr, rr, xa, dr):
+    """Row i of a layer norm's input into scratch: values, radii (upper bounds), magnitude
+    bounds max|x| and |v| (plus x - x: NaN where an input is not finite). (a, b): the box
+    (lo, hi), or for ``ball`` the radius (twice)."""
+    for j in range(vr.shape[0]):
+        vv = np.float64(v[i, j])
+        vr[j] = vv
+        if ball:
+            rj = np.float64(a[i, j])
+            rr[j] = rj
+            xa[j] = (abs(vv) + rj) * (1 + 2 * _E)
+            dr[j] = abs(vv) + (rj - rj)
+        else:
+            lo, hi = np.float64(a[i, j]), np.float64(b[i, j])
+            rr[j] = _radius_abs_up(vv, max(vv - lo, hi - vv))[0]
+            xa[j] = max(abs(lo), abs(hi))
+            dr[j] = abs(vv) + (lo - lo) + (hi - hi)
+
+
+@numba.njit(error_model="numpy")
+def _ln_emit(i, yl, yh, vy, out_a, out_b, ball):
+    """Row i of a layer norm's result: the box (out_a, out_b), or for ``ball`` the radius
+    about the program's output vy in out_a (``_ln_radius``); returns how many radii are not
+    finite or more than 5% wider than their box (lopsided about the value)."""
+    if ball:
+        return _ln_radius(i, yl, yh, vy, out_a)
+    for j in range(yl.shape[0]):
+        out_a[i, j] = yl[j]
+        out_b[i, j] = yh[j]
+    return 0
+
+
+@numba.njit(error_model="numpy")
+def _ln_radius(i, yl, yh, vy, r):
+    n_loose = 0
+    for j in range(yl.shape[0]):
+        vv = np.float64(vy[i, j])
+        r1, r2 = vv - yl[j], yh[j] - vv
+        r0 = r1 if r1 > r2 else r2
+        r0 = math.nan if (r1 != r1) | (r2 != r2) else r0
+        _put_up(r, i, j, r0 * (1.0 + 3 * _E))
+        n_loose += (r0 != r0) | (r0 == math.inf) | (2 * r0 > 1.05 * (yh[j] - yl[j]))
+    return n_loose
+
+
 @numba.njit(cache=True, error_model="numpy")
-def _layer_norm_rows(v, lo, hi, w, b, eps_lo, eps_hi, g_mu, g_v, g_out, d_op, d_s, eta, g64,
-                     top, lim, wb_max, ylo, yhi):
+def _layer_norm_rows(v, a, b_in, ball, w, b, eps_lo, eps_hi, g_mu, g_v, g_out, d_op, d_s, eta,
+                     g64, top, lim, wb_max, vy, out_a, out_b, ball_out):
     """fpx.interval's layer-norm rule (see its docstring for the derivation), one row at a
-    time: pass 1 the row's sums, pass 2 the centred value's norm, pass 3 the bounds. Returns
-    the number of rows where an intermediate of the program might pass ``lim`` (the squares
-    and their sum, the normalized value or its scaling: overflow the bound does not model)
-    or an input is not finite (those rows' bounds are left unset)."""
-    rows, n = lo.shape
-    n_bad = 0
+    time: pass 1 the row's sums, pass 2 the centred value's norm, pass 3 the bounds (input
+    and output a box or a ball: ``_ln_load``, ``_ln_emit``). Returns (n_bad, n_loose): the
+    rows where an intermediate of the program might pass ``lim`` (the squares and their
+    sum, the normalized value or its scaling: overflow the bound does not model) or an input
+    is not finite (those rows' bounds are left unset), and the radii that are not finite or
+    lopsided (``_ln_emit``)."""
+    rows, n = v.shape
+    n_bad = n_loose = 0
     u64 = 2.0 ** -53
     sqn = math.sqrt(n) * (1 + 2 * _E)
     # the row's values, radii, magnitudes and centred values, in L1-resident scratch: every
     # pass below is elementwise or a lane-parallel reduction, so it vectorizes (the sums'
     # order is covered by γ_{n+4}(u64); one running sum per quantity does not vectorize)
     vr, rr, xa, dr = np.empty(n), np.empty(n), np.empty(n), np.empty(n)
+    yl, yh = np.empty(n), np.empty(n)
     for i in range(rows):
-        for j in range(n):
-            vv = np.float64(v[i, j])
-            vr[j] = vv
-            rr[j] = _radius_abs_up(vv, max(vv - lo[i, j], hi[i, j] - vv))[0]
-            xa[j] = max(abs(lo[i, j]), abs(hi[i, j]))
-            # (|v| here, plus x - x: 0 for finite v/lo/hi, NaN for inf or NaN; v - mean below)
-            dr[j] = abs(vv) + (lo[i, j] - lo[i, j]) + (hi[i, j] - hi[i, j])
+        _ln_load(v, a, b_in, i, ball, vr, rr, xa, dr)
         s_av = _row_sum(dr)
         if not math.isfinite(s_av):           # a non-finite input: the caller's fallback
             n_bad += 1
@@ -363,9 +416,11 @@ def _layer_norm_rows(v, lo, hi, w, b, eps_lo, eps_hi, g_mu, g_v, g_out, d_op, d_
         if (4 * xm * xm * n * 1.01 > lim) or (s_lo > 0 and 2.01 * xm / s_lo * wb_max > lim):
             n_bad += 1
         if not s_lo > 0:
-            for j in range(n):
-                ylo[i, j] = -math.inf
-                yhi[i, j] = math.inf
+            yl[:] = -math.inf
+            yh[:] = math.inf
+            n_loose += _ln_emit(i, yl, yh, vy, out_a, out_b, ball_out)
+            if n_loose:
+                break
             continue
         # d/s over s in [s_lo, s_hi] through reciprocals rounded outward (no division per
         # element: five per element had made this pass divider-bound): inv_hi <= 1/s_hi,
@@ -396,25 +451,40 @@ def _layer_norm_rows(v, lo, hi, w, b, eps_lo, eps_hi, g_mu, g_v, g_out, d_op, d_
             rnd = (g_out * ((X + mu_abs) * aw + abs(bb)) + eta * (3 + 2 * aw)) * (1 + 8 * _E)
             y = zl - rnd * (1 + 2 * _E) - abs(zl) * 2 * _E - _TINY
             z = zh + rnd * (1 + 2 * _E) + abs(zh) * 2 * _E + _TINY
-            ylo[i, j] = -math.inf if y < -top else y
-            yhi[i, j] = math.inf if z > top else z
-    return n_bad
+            yl[j] = -math.inf if y < -top else y
+            yh[j] = math.inf if z > top else z
+        n_loose += _ln_emit(i, yl, yh, vy, out_a, out_b, ball_out)
+        if n_loose:             # (the caller's box instead: no point going on)
+            break
+    return n_bad, n_loose
 
 
-def layer_norm_bounds(v, lo, hi, w, b, eps_lo, eps_hi, g_mu, g_v, g_out, d_op, d_s, eta, top,
-                      lim):
-    """fpx.interval's layer-norm rule over the last axis of (rows, n) blocks (``w``/``b``:
-    float64 rows of n, or scalars); returns (ylo, yhi, n_bad) (n_bad: rows where the
-    program's intermediates might pass ``lim`` or an input is not finite). Three compiled passes per row, with the row
-    in cache: the decomposition's rules made ~25 passes over the whole block."""
-    n = lo.shape[-1]
-    ylo, yhi = np.empty(lo.shape), np.empty(lo.shape)
+def layer_norm_bounds(v, x, w, b, eps_lo, eps_hi, g_mu, g_v, g_out, d_op, d_s, eta, top, lim,
+                      vy=None):
+    """fpx.interval's layer-norm rule over the last axis of (rows, n) blocks: ``x`` the input
+    as a box (lo, hi) or a ball (r,) about its value v; ``w``/``b``: float64 rows of n, or
+    scalars. Returns (ylo, yhi, n_bad), or with the program's output ``vy`` the radius of
+    the result as a ball about it, (r, None, n_bad) -- (None, None, 0) where a radius is not
+    finite or a ball is more than 5% wider than its box (bounds lopsided about the value: a
+    wide box clamped by the a priori range). n_bad: rows where the program's intermediates might pass ``lim`` or an input is
+    not finite. Three compiled passes per row, with the row in cache: the decomposition's
+    rules made ~25 passes over the whole block."""
+    n = v.shape[-1]
+    ball = len(x) == 1
+    if vy is None:
+        out_a, out_b = np.empty(v.shape), np.empty(v.shape)
+    else:
+        out_a = np.empty(v.shape, np.float32 if vy.dtype == np.float32 else np.float64)
+        out_b = out_a
     wb_max = max(1.0, float(np.max(np.abs(w)))) + float(np.max(np.abs(b)))
-    n_bad = _layer_norm_rows(v, lo, hi, w, b, float(eps_lo), float(eps_hi), float(g_mu),
-                             float(g_v), float(g_out), float(d_op), float(d_s), float(eta),
-                             (n + 4) * 2.0 ** -53 / (1 - (n + 4) * 2.0 ** -53), float(top),
-                             float(lim), wb_max, ylo, yhi)
-    return ylo, yhi, n_bad
+    n_bad, n_loose = _layer_norm_rows(
+        v, x[0], x[-1], ball, w, b, float(eps_lo), float(eps_hi), float(g_mu), float(g_v),
+        float(g_out), float(d_op), float(d_s), float(eta),
+        (n + 4) * 2.0 ** -53 / (1 - (n + 4) * 2.0 ** -53), float(top), float(lim), wb_max,
+        v if vy is None else vy, out_a, out_b, vy is not None)
+    if vy is not None:
+        return (None, None, 0) if n_loose and not n_bad else (out_a, None, n_bad)
+    return out_a, out_b, n_bad
 
 
 @numba.njit(cache=True, error_model="numpy")

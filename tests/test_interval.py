@@ -1266,6 +1266,34 @@ def test_partial_sum_bound_halves_the_radius_of_cancelling_sums():
     assert (s.hi - s.lo) / 2 < 0.55 * classic and s.contains(math.fsum(f64(x)))
 
 
+def test_parts_ball_is_the_unfused_centre_ball():
+    """``parts_ball`` (the split-K centre's ball read from its parts in one pass) bounds what
+    ``parts_sum`` -> ``scale_up`` -> ``center_ball`` bound -- ``|v - C| + R·f + a + e·S``
+    with C and S the exact sums -- and agrees with that chain to its own rounding slack, for a
+    bias row, a per-row column and a scalar; a non-finite part is counted, not bounded."""
+    from fpx.kernels import interval as KI
+    rng = np.random.default_rng(41)
+    shape = (3, 5, 17)
+    parts = [rng.standard_normal(shape).astype(np.float32) * 10.0 ** k for k in (0, -3, 2, 0)]
+    v = (sum(p.astype(np.float64) for p in parts)
+         * (1 + 1e-6 * rng.standard_normal(shape))).astype(np.float32)
+    R = np.abs(rng.standard_normal(shape)).astype(np.float32)
+    for bias in (rng.standard_normal(17), rng.standard_normal((5, 1)), 0.25):
+        r, bad = KI.parts_ball(parts, bias, 3e-7 * 1.5, v, R, 1.001, 1e-30, np.inf, 1e-7)
+        C, E = KI.parts_sum(parts, bias, 3e-7)
+        r0, bad0 = KI.center_ball(C, v, R, 1.001, KI.scale_up(E, 1.5, 1e-30), np.inf, 1e-7)
+        assert bad == bad0 == 0 and r.dtype == np.float32
+        np.testing.assert_allclose(r, r0, rtol=1e-6)
+        b = np.broadcast_to(np.asarray(bias, np.float64), shape)
+        exact = np.vectorize(lambda *t: math.fsum(t))(*(p.astype(np.float64) for p in parts), b)
+        S = sum(np.abs(p.astype(np.float64)) for p in parts) + np.abs(b)
+        need = (np.abs(v - exact) + R.astype(np.float64) * 1.001 + 1e-30 + 3e-7 * 1.5 * S
+                + 1e-7 * np.abs(exact))
+        assert np.all(r.astype(np.float64) >= need)
+    parts[2][1, 2, 3] = np.inf
+    assert KI.parts_ball(parts, 0.0, 1e-7, v, R, 1.0, 0.0, np.inf)[1] >= 1
+
+
 def test_tiled_transpose():
     """The tiled transpose is ``.T``, C-contiguous."""
     from fpx.kernels import interval as KI
@@ -1992,6 +2020,35 @@ def test_batch_norm_of_a_ball_stays_a_ball_sound_and_as_tight_as_the_box(seed):
     assert np.all(out.width <= box.width + 2 * own + 1e-30)
 
 
+@pytest.mark.parametrize("op", ["add", "subtract"])
+def test_sum_of_two_balls_stays_a_ball_sound_and_as_tight_as_the_box(op):
+    """A residual sum of two layers' balls (the ball rule: radii r_x + r_y, the add's own
+    rounding): the program's value, other executions (reversed sums) and the exact result
+    inside; within the box rule's width plus what the ball counts by the triangle inequality
+    (the value's own rounding, u·|v| a side, and the add's on the radii); ``x - x`` is still
+    exactly 0 (the box rule)."""
+    rng = np.random.default_rng(14)
+    x = rng.standard_normal((16, 40)).astype(np.float32)
+    w1, w2 = (rng.standard_normal((24, 40)).astype(np.float32) for _ in range(2))
+    fop = getattr(fnp, op)
+
+    def f(h):
+        return fop(fnn.linear(h, w1), fnn.linear(h, w2))
+    out = fpx.interval(f)(x)
+    box = _without((op[:3],), f, x, table=IntervalInterpreter.ball_rules)
+    assert np.array_equal(out.value, f(x)) and np.array_equal(out.value, box.value)
+    assert not np.array_equal(out.lo, box.lo)                  # the ball rule ran
+    rev = getattr(np, op)(x[:, ::-1] @ w1[:, ::-1].T, x[:, ::-1] @ w2[:, ::-1].T)
+    exact = getattr(np, op)(f64(x) @ f64(w1).T, f64(x) @ f64(w2).T)
+    assert out.contains(rev).all() and out.contains(exact).all()
+    own = 2.0 ** -24 * (np.abs(f64(out.value)) + box.width) * 1.01
+    assert np.all(out.width <= box.width + 2 * own + 1e-30)
+    def twice(h):
+        y = fnn.linear(h, w1)
+        return fnp.subtract(y, y)
+    assert np.all(fpx.interval(twice)(x).width == 0)
+
+
 def test_batch_norm_of_a_ball_whose_product_may_overflow_is_unbounded():
     # x·α overflows float32 for a weight inside its interval while β brings the value back in
     # range: an execution gives inf, so the bound must reach it (the ball rule steps aside)
@@ -2074,7 +2131,7 @@ def test_softmax_rule_kernel_matches_its_array_form_and_is_sound():
         lo, hi = xi.lo, xi.hi
         n = x.shape[ax]
         args = (1e-7, 1e-45, 16 * 2.0 ** -52, 2e-7, 1e-45, 4e-7, 2e-45, 0.99, 1.01)
-        klo, khi = KN.softmax_bounds(np.moveaxis(lo, ax, -1), np.moveaxis(hi, ax, -1), *args,
+        klo, khi = KN.softmax_bounds((np.moveaxis(lo, ax, -1), np.moveaxis(hi, ax, -1)), *args,
                                      ivenc.gamma(n + 2, 2.0 ** -53), ivenc.LIBM64_ULPS)
         nlo, nhi = ivnn._softmax_bounds_np(np.moveaxis(lo, ax, -1), np.moveaxis(hi, ax, -1),
                                              -1, n, *args)
@@ -2087,6 +2144,36 @@ def test_softmax_rule_kernel_matches_its_array_form_and_is_sound():
             exact = np.moveaxis(exact.reshape(np.moveaxis(lo, ax, -1).shape), -1, ax)
             assert out.contains(exact).all()
         assert out.contains(fpx.nn.softmax(x, axis=ax)).all()
+
+
+def test_softmax_and_layer_norm_kernels_read_a_ball_as_its_box():
+    """The softmax and layer-norm kernels take a ball (v, r) as they take its box (the
+    ball's own ``lo``/``hi``, formed a block of rows at a time inside the kernel): softmax
+    the same bounds bit for bit, layer norm the same to its rounding slack (it reads the
+    radius as is); a layer norm's ball out is the box's ball about the program's value, or
+    the box itself where that ball would be lopsided."""
+    from fpx.kernels import interval as KI
+    rng = np.random.default_rng(12)
+    v = (rng.standard_normal((600, 33)) * 3).astype(np.float32)
+    r = (np.abs(rng.standard_normal(v.shape)) * 1e-3).astype(np.float32)
+    lo, hi, _ = KI.center_bounds(v, r, 1.0, 0.0, np.inf)
+    args = (1e-7, 1e-45, 16 * 2.0 ** -52, 2e-7, 1e-45, 4e-7, 2e-45, 0.99, 1.01,
+            ivenc.gamma(35, 2.0 ** -53), ivenc.LIBM64_ULPS)
+    for got, want in zip(KN.softmax_bounds((v, r, np.inf), *args),
+                         KN.softmax_bounds((lo, hi), *args)):
+        assert np.array_equal(got, want)
+    w, b = rng.standard_normal(33), rng.standard_normal(33)
+    consts = (1e-5, 1e-5, 1e-5, 1e-5, 1e-6, 1e-7, 1e-7, 1e-45, 3.4e38, 1e37)
+    box = KN.layer_norm_bounds(v, (lo, hi), w, b, *consts)
+    for got, want in zip(KN.layer_norm_bounds(v, (r,), w, b, *consts)[:2], box[:2]):
+        np.testing.assert_allclose(got, want, rtol=1e-9)      # (r read as is: a hair tighter)
+    assert box[2] == 0
+    vy = ((box[0] + box[1]) / 2).astype(np.float32)          # a value inside every box
+    rad, none, n_bad = KN.layer_norm_bounds(v, (r,), w, b, *consts, vy)
+    assert none is None and n_bad == 0 and rad.dtype == np.float32
+    assert np.all(rad >= np.maximum(vy - box[0], box[1] - vy))
+    vy[0, 0] = box[0][0, 0]                                  # at an end: lopsided
+    assert KN.layer_norm_bounds(v, (r,), w, b, *consts, vy)[0] is None
 
 
 @pytest.mark.parametrize("scale", [1e3, 1e6, 1e30, 1e37])
@@ -2106,7 +2193,7 @@ def test_softmax_of_boxes_past_exps_range_stays_finite_and_sound(scale):
     assert np.all(out.lo >= -1e-30) and np.all(out.hi <= 1 + 1e-5)   # [0, 1] and rounding
     args = (1e-7, 1e-45, 16 * 2.0 ** -52, 2e-7, 1e-45, 4e-7, 2e-45, 0.99, 1.01)
     g = ivenc.gamma(7, 2.0 ** -53)
-    klo, khi = KN.softmax_bounds(xi.lo, xi.hi, *args, g, ivenc.LIBM64_ULPS)
+    klo, khi = KN.softmax_bounds((xi.lo, xi.hi), *args, g, ivenc.LIBM64_ULPS)
     nlo, nhi = ivnn._softmax_bounds_np(xi.lo, xi.hi, -1, 5, *args)
     assert np.allclose(klo, nlo, rtol=1e-12, atol=1e-300)
     assert np.allclose(khi, nhi, rtol=1e-12, atol=1e-300)
@@ -2135,7 +2222,7 @@ def test_softmax_of_one_element_rows_with_wide_boxes_is_about_one():
     out = fpx.interval(lambda h: fnn.softmax(h, axis=-1))(fpx.Interval(lo, hi, x))
     assert np.all(out.lo > 0.99) and np.all(out.hi < 1.01) and out.contains(1.0).all()
     args = (2.0 ** -11, 2.0 ** -24, 16 * 2.0 ** -52, 2e-7, 1e-45, 4e-7, 2e-45, 0.99, 1.01)
-    klo, khi = KN.softmax_bounds(lo, hi, *args, ivenc.gamma(3, 2.0 ** -53),
+    klo, khi = KN.softmax_bounds((lo, hi), *args, ivenc.gamma(3, 2.0 ** -53),
                                  ivenc.LIBM64_ULPS)
     nlo, nhi = ivnn._softmax_bounds_np(lo, hi, -1, 1, *args)
     assert not np.isnan(klo).any() and np.allclose(klo, nlo, rtol=1e-12)

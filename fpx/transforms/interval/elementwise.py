@@ -443,15 +443,19 @@ def _ball_constant(self, prim, a, b):
 
 @ball_rule("add", "sub", "mul")
 def _ball_shift_scale(self, prim, a, b):
-    """x + t, x - t (t constant) and x·s (s a constant scalar) of a ball x within r of v.
-    An execution y = fl(x ∘ c) errs by <= q·|x ∘ c| + e (the policy), the program's value
-    v' = fl(v ∘ c) by <= q0·|v ∘ c| + e0 (NumPy's IEEE op: q0 = 2^-p, e0 = 0 for a sum,
-    whose underflow is exact, η/2 for a product), and |x ∘ c - v ∘ c| <= g·r (g = 1, or |s|):
-    |y - v'| <= g·r·(1 + q) + (q + q0)·|v ∘ c| + e + e0, |v ∘ c| <= (|v'| + e0)/(1 - q0)."""
-    got = _ball_constant(self, prim, a, b)
+    """x + t, x - t (t constant) and x·s (s a constant scalar) of a ball x within r of v, and
+    x ± y of two balls (radii r_x + r_y: ``_ball_pair``). An execution y = fl(x ∘ c) errs by
+    <= q·|x ∘ c| + e (the policy), the program's value v' = fl(v ∘ c) by <= q0·|v ∘ c| + e0
+    (NumPy's IEEE op: q0 = 2^-p, e0 = 0 for a sum, whose underflow is exact, η/2 for a
+    product), and |x ∘ c - v ∘ c| <= g·r (g = 1, or |s|): |y - v'| <= g·r·(1 + q) + (q +
+    q0)·|v ∘ c| + e + e0, |v ∘ c| <= (|v'| + e0)/(1 - q0)."""
+    got = _ball_constant(self, prim, a, b) if prim.name == "mul" else _ball_pair(self, prim, a, b)
     if got is None:
         return None
     x, c, v, F = got
+    r2 = 0.0
+    if isinstance(c, tuple):              # a second ball: its radius joins r
+        c, r2 = 0.0, c[0]
     q, e = self.rel_abs(prim.name, F)
     q0 = 2.0 ** -F.p
     if prim.name == "mul":
@@ -461,10 +465,30 @@ def _ball_shift_scale(self, prim, a, b):
     else:                                         # (t - x: the same radius about t - v)
         g, e0 = 1.0, 0.0
     bq = (q + q0) / (1 - q0) * (1 + 4 * E64)
-    rad, n_bad = _K.ball_affine(v, x.rad, g * (1 + q), bq, (bq * e0 + e + e0) * (1 + 4 * E64))
+    rad, n_bad = _K.ball_affine(v, x.rad, g * (1 + q), bq, (bq * e0 + e + e0) * (1 + 4 * E64),
+                                r2)
     if n_bad:
         return None
-    return self.new_ball(v, rad, F.max, x.unstable)
+    return self.new_ball(v, rad, F.max, or_unstable(x.unstable, b.unstable) if np.ndim(r2)
+                         else x.unstable)
+
+
+def _ball_pair(self, prim, a, b):
+    """``_ball_constant`` for x ± y where both are balls of one shape and float dtype (the
+    constant then a one-tuple of y's radius), else where one is a constant."""
+    if not (self._own(a) and self._own(b) and a.is_ball and b.is_ball):
+        return _ball_constant(self, prim, a, b)
+    if a is b:          # (x - x is exactly 0: the box rule)
+        return None
+    va, vb = concrete(a.primal), concrete(b.primal)
+    if not (isinstance(va, np.ndarray) and isinstance(vb, np.ndarray) and va.ndim
+            and va.shape == vb.shape == np.shape(a.rad) == np.shape(b.rad)
+            and va.dtype == vb.dtype and va.dtype in (np.float32, np.float64)):
+        return None
+    F = self.fmt(va.dtype)
+    if F is None or not F.has_inf or self.accuracy(prim.name, F).input_dependent:
+        return None
+    return a, (b.rad,), self.value_of(prim, (a, b), {}), F
 
 
 @ball_rule("max", "min")

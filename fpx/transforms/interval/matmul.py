@@ -138,8 +138,9 @@ class _Contraction:
         """The centre provider: (C, rel, extra) with ``|C - op(A, B)| <= rel·op(|A|, |B|) +
         extra``. ``parts`` (float32 point operands; narrow intervals keep the tighter float64
         centre): the float32 op over parts of its sums (K in four, a convolution's input
-        channels in up to four) added in float64 (``_parts_centre``) where that applies; else
-        the op in float64 (exact products, rel = γ_{K+2}(u64))."""
+        channels in up to four) added in float64 where that applies (``_parts_centre``: C a
+        :class:`_PartsCentre`, its extra inside); else the op in float64 (exact products,
+        rel = γ_{K+2}(u64))."""
         got = self._parts_centre(A, B) if parts else None
         if got is not None:
             return got
@@ -157,10 +158,10 @@ class _Contraction:
         """C = Σ_j fl32(op(A_j, B_j)) in float64 over parts of each sum (+ a bias in the sum,
         exactly). Part j errs by <= α_h·T_j + β_h·|E_j| <= (α_h·T_j + β_h·|P_j|)/(1 - β_h)
         (the partial-sum form, K_j terms in float32), the float64 additions by <= (n+1)·u64·S,
-        S = Σ|P_j| (+ |b|): rel = α_h/(1 - β_h), extra = (β_h/(1 - β_h) + (n+1)·u64)·S. About
-        one float32 op's time against a float64 op's two or more; ~(1 + 1/n)·α·T where
-        terms cancel. None where it does not apply (non-float32 or CuPy operands, parts too
-        long for the form)."""
+        S = Σ|P_j| (+ |b|): rel = α_h/(1 - β_h), extra = (β_h/(1 - β_h) + (n+1)·u64)·S (C
+        and extra kept as a :class:`_PartsCentre`). About one float32 op's time against a
+        float64 op's two or more; ~(1 + 1/n)·α·T where terms cancel. None where it does not
+        apply (non-float32 or CuPy operands, parts too long for the form)."""
         name = self.prim.name
         if not (type(A) is np.ndarray and type(B) is np.ndarray
                 and A.dtype == B.dtype == np.float32 and A.ndim >= 1 and B.ndim >= 2):
@@ -191,9 +192,7 @@ class _Contraction:
         b = 0.0 if self.bias is None else as_f64(self.bias)
         if name == "conv" and self.bias is not None:
             b = np.reshape(b, (-1,) + (1,) * (parts[0].ndim - 2))
-        C, extra = _K.parts_sum(parts, b, s_coef)
-        rel = up(a_h / (1 - b_h), 2)
-        return C, rel, extra
+        return _PartsCentre(parts, b, s_coef), up(a_h / (1 - b_h), 2), 0.0
 
     def spread(self, ma, mb, shape):
         """Outputs whose terms include a marked element of A (``ma``) or B (``mb``); None
@@ -208,6 +207,30 @@ class _Contraction:
         A, B = np.ones(np.shape(ma), np.float32), np.ones(np.shape(mb), np.float32)
         R = self.upper(ind(ma, A), B, True)[0] + self.upper(A, ind(mb, B), True)[0]
         return np.broadcast_to(R > 0, shape)
+
+
+class _PartsCentre:
+    """A centre ``C = Σ_j P_j + b`` kept as its float32 parts, with its error term ``E =
+    s_coef·(Σ|P_j| + |b|)`` entering a radius times ``scale``: the ball about the program's
+    value is read from the parts in one pass (``ball``); C and the raised absolute term are
+    made only where a box is needed (``materialize``)."""
+    __slots__ = ("parts", "bias", "s_coef", "scale")
+
+    def __init__(self, parts, bias, s_coef, scale=1.0):
+        self.parts, self.bias, self.s_coef, self.scale = parts, bias, s_coef, scale
+
+    def scaled(self, scale):
+        return _PartsCentre(self.parts, self.bias, self.s_coef, scale)
+
+    def ball(self, v, R, f, a, top, cb):
+        """(r, n_bad) of ``_K.center_ball`` about v."""
+        return _K.parts_ball(self.parts, self.bias, up(self.s_coef * self.scale, 1), v, R, f,
+                             a, top, cb)
+
+    def materialize(self, a):
+        """(C, a + scale·E): the centre and the radius' absolute term as arrays."""
+        C, E = _K.parts_sum(self.parts, self.bias, self.s_coef)
+        return C, _K.scale_up(E, self.scale, a)
 
 
 def matmul_unstable(au, bu, shape):
@@ -375,7 +398,9 @@ def _own_centre(op, va, ra, vb, rb, a_pt, b_pt, sp, small, absterm, parts):
         rad = op.upper(L, Bh, small, scale, k) if b_pt else \
             op.upper_pair(L, Bh, np.abs(va), rb_f, small, scale)
     a = rad[2] + absterm
-    if np.ndim(extra) or extra:
+    if isinstance(C, _PartsCentre):
+        C = C.scaled(scale)                       # (1+β)·E, added where C is read
+    elif np.ndim(extra) or extra:
         a = _K.scale_up(extra, scale, a)          # one pass: a + (1+β)·e
     return C, (rad[0], rad[1], a), sp.beta, k
 
@@ -424,9 +449,13 @@ def _close(self, op, v, center, rad, cb, coef, va, ra, vb, rb, c, F_in, F_acc, F
                 and F_acc.has_inf and isinstance(vv, np.ndarray) and np.ndim(vv)
                 and vv.dtype in (np.float32, np.float64)):
             r, n_bad = (_K.ball_affine(center, R, f, cb, a) if ball else
-                        _K.center_ball(center, vv, R, f, a, top, cb))
+                        center.ball(vv, R, f, a, top, cb) if isinstance(center, _PartsCentre)
+                        else _K.center_ball(center, vv, R, f, a, top, cb))
             if not n_bad:
                 return self.new_ball(v, r, top)
+        if isinstance(center, _PartsCentre):
+            center, a = center.materialize(a)
+            rad = (R, f, a)
         lo, hi, n_bad = _K.center_bounds(center, *rad, top, cb)
         lo, hi = _guard(lo, hi, center, op, va, ra, vb, rb, c, F_acc,
                         F_in.max if rounded else math.inf, room, clean=n_bad == 0)

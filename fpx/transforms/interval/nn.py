@@ -58,19 +58,22 @@ def _softmax(self, prim, x, *, axis=-1, stored=None):
     folded into the division's error: round(e(1 + θ) + η)/S with S >= dlow."""
     vx = concrete(self.primal_of(x))
     dt = np.asarray(vx).dtype
-    lo, hi, u, pt = self.bounds(x)
+    # a ball (its values and radii finite) is read as a box a block at a time (the kernel)
+    ball = (self._own(x) and isinstance(x.rad, np.ndarray) and isinstance(vx, np.ndarray)
+            and vx.size > 0 and x.rad.shape == vx.shape and dt == np.float32)
+    lo, hi, u, pt = (None, None, x.unstable, False) if ball else self.bounds(x)
     F = self.fmt(dt)
     accs = None
     # point inputs gain nothing over the decomposition, and float64 programs need more
     # precision than the float64 evaluation of this bound has: decomposition there
-    if F is not None and F.p < 53 and (
-            not pt and not is_cupy(lo) and np.ndim(lo) > 0 and _K.any_differ(lo, hi)):
+    if F is not None and F.p < 53 and (ball or (
+            not pt and not is_cupy(lo) and np.ndim(lo) > 0 and _K.any_differ(lo, hi))):
         accs = [self.accuracy(n, F) for n in ("sub", "exp", "div")]
         Facc = self.resolve("reduce_sum", dt).accumulate
         if any(a.input_dependent for a in accs) or \
                 self.accuracy("reduce_sum", Facc).input_dependent:
             accs = None
-    if accs is None or not (all_finite(lo) and all_finite(hi)):
+    if accs is None or not (ball or (all_finite(lo) and all_finite(hi))):
         return prim.decomposition(x, axis=axis, stored=stored)
     v = self.value_of(prim, (x,), {"axis": axis, "stored": stored})
     ax = axis % np.ndim(vx)
@@ -88,11 +91,12 @@ def _softmax(self, prim, x, *, axis=-1, stored=None):
     if stored is not None:
         r_c, a_c = rel_abs(self.accuracy("cast", self.fmt(stored)), self.fmt(stored))
         r_d, a_d = r_d + r_c + r_d * r_c, a_d + a_c * (1 + r_d) / dlow
-    un = None if u is None else np.broadcast_to(np.any(u, axis=ax, keepdims=True), np.shape(lo))
-    if isinstance(lo, np.ndarray) and isinstance(hi, np.ndarray) and n > 0:
+    un = None if u is None else np.broadcast_to(np.any(u, axis=ax, keepdims=True), np.shape(vx))
+    if ball or (isinstance(lo, np.ndarray) and isinstance(hi, np.ndarray) and n > 0):
         # the same bound, one row at a time in a compiled loop (kernels/interval_nn.py)
-        lo_t, hi_t = np.moveaxis(lo, ax, -1), np.moveaxis(hi, ax, -1)
-        ylo, yhi = _KN.softmax_bounds(lo_t, hi_t, r_s, a_s, k, r_e, a_e, r_d, a_d, dlow, dhigh,
+        xk = (np.moveaxis(vx, ax, -1), np.moveaxis(x.rad, ax, -1), x.top) if ball else \
+            (np.moveaxis(lo, ax, -1), np.moveaxis(hi, ax, -1))
+        ylo, yhi = _KN.softmax_bounds(xk, r_s, a_s, k, r_e, a_e, r_d, a_d, dlow, dhigh,
                                       gamma(n + 2, 2.0 ** -53), LIBM64_ULPS)
         return self.new(v, np.moveaxis(ylo, -1, ax), np.moveaxis(yhi, -1, ax), un)
     return self.new(v, *_softmax_bounds_np(lo, hi, ax, n, r_s, a_s, k, r_e, a_e, r_d, a_d, dlow,
@@ -177,6 +181,8 @@ def _sdpa(self, prim, q, k, v, mask=None, *, is_causal, scale):
     the safe-softmax masking (a comparison, a reduction and two selections over the whole
     score block) is the identity and is skipped."""
     s = _nn._sdpa_scores(q, k, mask, is_causal, scale)
+    if self._own(s) and isinstance(s.rad, np.ndarray):      # finite: no -inf, nothing masked
+        return _v_hull(self, _nn._sdpa_finish(s, v, safe=False), v, None, None)
     if not (self._own(s) and isinstance(s.lo, np.ndarray) and isinstance(s.hi, np.ndarray)):
         return _nn._sdpa_finish(s, v)
     excl = np.isneginf(s.hi)              # -inf in every execution: an exact exclusion
@@ -318,16 +324,24 @@ def _layer_norm(self, prim, x, weight=None, bias=None, *, axes, eps):
 
 
 def _layer_norm_rows(self, prim, x, weight, bias, axes, eps):
-    lo, hi, u, _ = self.bounds(x)
+    """The rule over rows (``_KN.layer_norm_bounds``): a ball in (its radius read as is) or
+    a box, a ball out about the program's value where the format has infinities; None where
+    it does not apply."""
     vx = self.primal_of(x)
-    if not (isinstance(lo, np.ndarray) and isinstance(hi, np.ndarray)
-            and isinstance(vx, np.ndarray) and lo.ndim > 0 and lo.size > 0):
+    if not (isinstance(vx, np.ndarray) and vx.ndim > 0 and vx.size > 0):
         return None
+    if self._own(x) and isinstance(x.rad, np.ndarray) and x.rad.shape == vx.shape:
+        xin, u = (x.rad,), x.unstable
+    else:
+        lo, hi, u, _ = self.bounds(x)
+        if not (isinstance(lo, np.ndarray) and isinstance(hi, np.ndarray)):
+            return None
+        xin = (lo, hi)
     dt = vx.dtype
     F = self.fmt(dt)
     if F is None:
         return None
-    nd = lo.ndim
+    nd = vx.ndim
     axes = tuple(sorted(a % nd for a in axes))
     trailing = axes == tuple(range(nd - len(axes), nd))
     params = []
@@ -338,7 +352,7 @@ def _layer_norm_rows(self, prim, x, weight, bias, axes, eps):
         if self._own(p) and not p.point:
             return None
         pc = self.primal_of(p)
-        tail = tuple(lo.shape[a] for a in axes)
+        tail = tuple(vx.shape[a] for a in axes)
         if not trailing or not isinstance(pc, np.ndarray) or pc.dtype != dt or \
                 pc.ndim > len(tail) or not _broadcasts_to(pc.shape, tail):
             return None      # varies over the rows (or does not fit): the decomposition
@@ -348,7 +362,7 @@ def _layer_norm_rows(self, prim, x, weight, bias, axes, eps):
     acc_sum = self.accuracy("reduce_sum", Facc)
     if any(a.input_dependent for a in accs) or acc_sum.input_dependent:
         return None
-    n = count(lo.shape, axes)
+    n = count(vx.shape, axes)
     q = 2.0 ** (1 - F.p)
     d_op = max(a.ulps for a in accs[:4]) * q
     delta = max(d_op, acc_sum.ulps * 2.0 ** (1 - Facc.p))
@@ -367,29 +381,36 @@ def _layer_norm_rows(self, prim, x, weight, bias, axes, eps):
         v = self.value_of(prim, (x, weight, bias), {"axes": axes, "eps": eps})
         lead = tuple(a for a in range(nd) if a not in axes)
         order = lead + axes
-        rows = int(np.prod([lo.shape[a] for a in lead]))
+        rows = int(np.prod([vx.shape[a] for a in lead]))
         vk = vx if dt in (np.float32, np.float64) else vx.astype(np.float32)   # exact
-        blocks = [np.ascontiguousarray(np.transpose(z, order)).reshape(rows, n)
-                  for z in (vk, lo, hi)]
-        tail = tuple(lo.shape[a] for a in axes)
+
+        def block(z):
+            return np.ascontiguousarray(np.transpose(z, order)).reshape(rows, n)
+        tail = tuple(vx.shape[a] for a in axes)
         wb = [p if np.ndim(p) == 0 else
               np.ascontiguousarray(np.broadcast_to(p, tail), np.float64).reshape(n)
               for p in params]
         top = F.max if F.has_inf and F.name != "float64" else math.inf
         lim = min(F.max, Facc.max) / 4
-        ylo, yhi, n_bad = _KN.layer_norm_bounds(*blocks, *wb, min(eps, eps_f),
-                                                max(eps, eps_f), g_mu, g_v, g_out, d_op, d_s,
-                                                eta, top, lim)
+        consts = (min(eps, eps_f), max(eps, eps_f), g_mu, g_v, g_out, d_op, d_s, eta, top, lim)
+        xb = tuple(block(z) for z in xin)
+        vy = block(concrete(v)) if F.has_inf and dt in (np.float32, np.float64) else None
+        ylo, yhi, n_bad = _KN.layer_norm_bounds(block(vk), xb, *wb, *consts, vy)
+        if ylo is None:      # a ball past the format, or lopsided about the value: the box
+            ylo, yhi, n_bad = _KN.layer_norm_bounds(block(vk), xb, *wb, *consts)
         if n_bad:            # an intermediate may overflow, or an input is not finite: the
             # decomposition models that
             return None
-        shape_t = tuple(lo.shape[a] for a in order)
+        shape_t = tuple(vx.shape[a] for a in order)
         inv = np.argsort(order)
         ylo = np.transpose(ylo.reshape(shape_t), inv)
+        un = None if u is None else np.broadcast_to(np.any(u, axis=axes, keepdims=True),
+                                                    vx.shape)
+        if yhi is None:
+            return self.new_ball(v, ylo, top, un)
         yhi = np.transpose(yhi.reshape(shape_t), inv)
         if not F.has_inf:
             ylo, yhi = overflow(ylo, yhi, F)
-    un = None if u is None else np.broadcast_to(np.any(u, axis=axes, keepdims=True), lo.shape)
     return self.new(v, ylo, yhi, un)
 
 
