@@ -160,6 +160,7 @@ class IntervalInterpreter(Interpreter):
         self._formats: dict = {}
         self._fmt_cache: dict = {}      # dtype -> fmt(dtype)
         self._fused: dict = {}          # (op, format, steps) -> fused_terms(...)
+        self._resolved: dict = {}       # (op, dtype) -> resolve(op, dtype)
 
     def process(self, prim, args, params):
         rule = self.ball_rules.get(prim.name)
@@ -215,9 +216,18 @@ class IntervalInterpreter(Interpreter):
 
     def resolve(self, prim, dtype):
         """The policy's formats of ``prim`` on a ``dtype`` program (flush-to-zero formats as
-        ``formats.FlushedFormat``)."""
+        ``formats.FlushedFormat``); resolved once per (op, dtype)."""
+        try:
+            return self._resolved[(prim, dtype)]
+        except (KeyError, TypeError):       # (TypeError: an unhashable dtype-like)
+            pass
         r = self.policy.resolve(prim, dtype)
-        return type(r)(*map(self.flushed, r)) if self.policy.flush_to_zero else r
+        r = type(r)(*map(self.flushed, r)) if self.policy.flush_to_zero else r
+        try:
+            self._resolved[(prim, dtype)] = r
+        except TypeError:
+            pass
+        return r
 
     def accuracy(self, prim_name, fmt):
         key = (prim_name, fmt.name)
