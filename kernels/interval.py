@@ -696,19 +696,29 @@ def ball_radius(v, lo, hi):
     return _result(rr, shape), n_bad
 
 
+@numba.njit(inline="always", error_model="numpy")
+def _ball_about(cc, vv, R, f, a, cb, top, least):
+    """(r, bad) of one element of ``center_ball``: every execution is within d of cc (d the
+    half-width of ``_centred``), so within ``r = |v - cc| + d`` (two roundings: 4ε) of v.
+    ``bad``: a non-finite centre, value or radius, a box past ``top`` (its end would be
+    ±inf), or a radius a float32 would inflate (nonzero under ``least``). Branch-free."""
+    d = (R * f + a) * (1.0 + 4 * _E) * (1.0 + 8 * _E) + min(abs(cc), _MAX) * cb + 3 * _TINY
+    r0 = (abs(vv - cc) + d) * (1.0 + 4 * _E)
+    bad = ((abs(cc) == math.inf) | (r0 != r0) | (r0 == math.inf) | (abs(cc) + d > top)
+           | ((r0 > 0.0) & (r0 < least)))
+    return r0, bad
+
+
 @numba.njit(cache=True, error_model="numpy")
 def _center_ball_loop(c, v, R, f, a, cb, top, least, r):
     n_bad = 0
     for i in range(r.shape[0]):
         for j in range(r.shape[1]):
-            lo, hi, bad = _centred(np.float64(_at(c, i, j)), np.float64(_at(R, i, j)),
-                                   _at(f, i, j), _at(a, i, j), cb, top, -math.inf)
-            vv = np.float64(_at(v, i, j))
-            r1, r2 = vv - lo, hi - vv
-            r0 = r1 if r1 > r2 else r2
-            r0 = math.nan if (r1 != r1) | (r2 != r2) else r0
-            _put_up(r, i, j, r0 * (1.0 + 3 * _E))    # a difference: exact or within ε
-            n_bad += bad | (r0 != r0) | (r0 == math.inf) | ((r0 > 0.0) & (r0 < least))
+            r0, bad = _ball_about(np.float64(_at(c, i, j)), np.float64(_at(v, i, j)),
+                                  np.float64(_at(R, i, j)), _at(f, i, j), _at(a, i, j), cb,
+                                  top, least)
+            _put_up(r, i, j, r0)
+            n_bad += bad
     return n_bad
 
 
@@ -802,14 +812,10 @@ def _parts_ball_loop(parts, bias, e_coef, v, R, f, a, cb, top, least, r):
                 ss[j] += abs(x)
         for j in range(cols):
             aa = (np.float64(_at(a, i, j)) + ss[j] * e_coef) * (1.0 + 8 * _E)
-            lo, hi, bad = _centred(cs[j], np.float64(_at(R, i, j)), _at(f, i, j), aa, cb,
-                                   top, -math.inf)
-            vv = np.float64(_at(v, i, j))
-            r1, r2 = vv - lo, hi - vv
-            r0 = r1 if r1 > r2 else r2
-            r0 = math.nan if (r1 != r1) | (r2 != r2) else r0
-            _put_up(r, i, j, r0 * (1.0 + 3 * _E))
-            n_bad += bad | (r0 != r0) | (r0 == math.inf) | ((r0 > 0.0) & (r0 < least))
+            r0, bad = _ball_about(cs[j], np.float64(_at(v, i, j)), np.float64(_at(R, i, j)),
+                                  _at(f, i, j), aa, cb, top, least)
+            _put_up(r, i, j, r0)
+            n_bad += bad
     return n_bad
 
 
