@@ -1,0 +1,129 @@
+"""fpx.interval on wide input boxes (a deep network's later layers, issue 28): the bounds of
+clamps of a value-centred ball (ReLU6, hardsigmoid, hardswish) and of layer norm with a small
+eps hold every execution at many points of the box -- float32 NumPy runs of the same program
+and torch's own modules -- and the exact values at those points."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import fpx
+import fpx.nn as fnn
+import fpx.numpy as fnp
+
+
+def _points(lo, hi, value, rng, k=64):
+    """float32 points of the box [lo, hi]: its value, its corners' float32 roundings inside it,
+    random points, and points at the box's edges on one side only (where a clamp cuts)."""
+    pts = [value]
+    for t in [0.0, 1.0, 0.5, 0.02, 0.98] + list(rng.random(k)):
+        pts.append(lo + t * (hi - lo))
+    for _ in range(8):
+        pts.append(np.where(rng.random(lo.shape) < 0.5, lo, hi))
+    out = []
+    for p in pts:
+        p32 = np.asarray(p, np.float64).astype(np.float32)
+        inside = (p32 >= lo) & (p32 <= hi)
+        out.append(np.where(inside, p32, value).astype(np.float32))
+    return out
+
+
+def _gate(W, b):
+    """A linear map (its bound a ball about the program's value), then hardswish(z) =
+    z·clamp(z + 3, 0, 6)/6 and hardsigmoid(z) = clamp(z + 3, 0, 6)/6 as torch decomposes
+    them, and ReLU6: what MobileNetV3's blocks compute."""
+    def f(h):
+        z = fnp.add(fnp.matmul(h, W), b)
+        g = fnp.minimum(fnp.maximum(fnp.add(z, np.float32(3)), np.float32(0)), np.float32(6))
+        hsig = fnp.divide(g, np.float32(6))
+        hswish = fnp.divide(fnp.multiply(z, g), np.float32(6))
+        relu6 = fnp.minimum(fnp.maximum(z, np.float32(0)), np.float32(6))
+        return hsig, hswish, relu6
+    return f
+
+
+def _gate_numpy(h, W, b):
+    with np.errstate(all="ignore"):
+        z = h @ W + b
+        g = np.minimum(np.maximum(z + np.float32(3), np.float32(0)), np.float32(6))
+        return (g / np.float32(6), z * g / np.float32(6),
+                np.minimum(np.maximum(z, np.float32(0)), np.float32(6)))
+
+
+@pytest.mark.parametrize("radius", [1e-3, 0.3, 30.0])
+def test_clamps_of_a_wide_ball_hold_every_execution(radius):
+    rng = np.random.default_rng(3)
+    x = rng.standard_normal((8, 24)).astype(np.float32)
+    W = (rng.standard_normal((24, 40)) / 4).astype(np.float32)
+    b = rng.standard_normal(40).astype(np.float32)
+    xin = fpx.Interval(x.astype(np.float64) - radius, x.astype(np.float64) + radius, value=x)
+    outs = fpx.interval(_gate(W, b))(xin)
+    for p in _points(xin.lo, xin.hi, x, rng):
+        for out, y in zip(outs, _gate_numpy(p, W, b)):
+            assert out.contains(y).all()
+        z = p.astype(np.float64) @ W.astype(np.float64) + b       # exact in float64
+        g = np.clip(z + 3, 0, 6)
+        for out, y in zip(outs, (g / 6, z * g / 6, np.clip(z, 0, 6))):
+            assert ((out.lo <= y) & (y <= out.hi)).all()
+
+
+def _ln_runs(p, w, b, eps):
+    """float32 layer norms of the rows of p: two-pass, Welford's updating mean and variance,
+    and the one-pass form as PyTorch's kernel computes rstd·w then x·(rstd·w) + (b - μ·rstd·w)."""
+    f = np.float32
+    mu = p.mean(axis=-1, dtype=f, keepdims=True)
+    var = ((p - mu) * (p - mu)).mean(axis=-1, dtype=f, keepdims=True)
+    s = np.sqrt(var + f(eps))
+    yield (p - mu) / s * w + b
+    m, M = np.zeros_like(mu), np.zeros_like(mu)
+    for k in range(p.shape[-1]):                          # Welford
+        d = p[..., k:k + 1] - m
+        m = m + d / f(k + 1)
+        M = M + d * (p[..., k:k + 1] - m)
+    rstd = f(1) / np.sqrt(M / f(p.shape[-1]) + f(eps))
+    scale = rstd * w
+    yield p * scale + (b - m * scale)
+
+
+@pytest.mark.parametrize("eps,radius", [(1e-6, 300.0), (1e-6, 3.0), (1e-5, 3e4)])
+def test_layer_norm_of_a_wide_box_with_a_small_eps_holds_every_execution(eps, radius):
+    # a box whose rows' spread may vanish while their mean is large: there the program's
+    # variance is its rounding error, and (x_i - μ')/sqrt(eps) reaches far past sqrt(n)
+    rng = np.random.default_rng(5)
+    n = 192
+    x = rng.standard_normal((3, n)).astype(np.float32)
+    w = (1 + 0.1 * rng.standard_normal(n)).astype(np.float32)
+    b = (0.1 * rng.standard_normal(n)).astype(np.float32)
+    xin = fpx.Interval(x.astype(np.float64) - radius, x.astype(np.float64) + radius, value=x)
+    out = fpx.interval(lambda h: fnn.layer_norm(h, n, w, b, eps))(xin)
+    pts = _points(xin.lo, xin.hi, x, rng, k=16)
+    for c in (0.999, 0.5, -0.999):                   # near-constant rows with a large mean
+        base = np.full_like(x, np.float32(c * radius))
+        pts.append(base + rng.standard_normal(x.shape).astype(np.float32) * np.float32(1e-3))
+        pts.append(base + np.float32(radius * 1e-6) * np.sign(rng.standard_normal(x.shape))
+                   .astype(np.float32))
+    with np.errstate(all="ignore"):
+        for p in pts:
+            p = np.where((p >= xin.lo) & (p <= xin.hi), p, x).astype(np.float32)
+            for y in _ln_runs(p, w, b, eps):
+                assert out.contains(y).all()
+
+
+@pytest.mark.slow      # (torch's import and export: ~15 s)
+def test_torch_hardswish_and_hardsigmoid_modules_hold_torch_executions():
+    torch = pytest.importorskip("torch")
+    nn = torch.nn
+    torch.manual_seed(0)
+    m = nn.Sequential(nn.Linear(16, 32), nn.Hardswish(), nn.Linear(32, 8), nn.Hardsigmoid(),
+                      nn.Linear(8, 4), nn.ReLU6()).eval()
+    rng = np.random.default_rng(9)
+    x = rng.standard_normal((4, 16)).astype(np.float32)
+    r = 2.0
+    xin = fpx.Interval(x.astype(np.float64) - r, x.astype(np.float64) + r,
+                       value=torch.from_numpy(x))
+    out = fpx.interval(m)(xin)
+    lo, hi = np.asarray(out.lo), np.asarray(out.hi)
+    with torch.no_grad():
+        for p in _points(xin.lo, xin.hi, x, rng):
+            y = m(torch.from_numpy(p)).double().numpy()
+            assert ((lo <= y) & (y <= hi)).all()
