@@ -32,7 +32,8 @@ def test_bias_of_another_rank_gives_the_broadcast_bounds():
     np.testing.assert_array_equal(hi1, hi2)
     exact = x.value.astype(np.float64) + b
     assert np.all(lo1 <= exact) and np.all(exact <= hi1)
-    assert np.all(lo1 >= np.asarray(x.lo) + b - 1e-3) and np.all(hi1 <= np.asarray(x.hi) + b + 1e-3)
+    assert np.all(lo1 >= np.asarray(x.lo) + b - 1e-3)
+    assert np.all(hi1 <= np.asarray(x.hi) + b + 1e-3)
 
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float16])
@@ -105,8 +106,9 @@ def test_resolve_and_formats_cached_per_run():
     """The interpreter resolves a dtype's format and an op's policy formats once per run; the
     cached answers are the policy's."""
     it = IntervalInterpreter(None, policy="numpy")
-    r1, r2 = it.resolve("matmul", np.dtype(np.float16)), it.resolve("matmul", np.dtype(np.float16))
-    assert r1 is r2 and r1 == it.policy.resolve("matmul", np.dtype(np.float16))
+    f16 = np.dtype(np.float16)
+    r1, r2 = it.resolve("matmul", f16), it.resolve("matmul", f16)
+    assert r1 is r2 and r1 == it.policy.resolve("matmul", f16)
     assert it.fmt(np.dtype(np.float32)).name == "float32" and it.fmt(np.dtype(np.int32)) is None
     assert it.fmt(np.dtype(np.float32)) is it.fmt(np.dtype(np.float32))
     assert it.fused_terms("add", it.fmt(np.dtype(np.float32))) is not None
