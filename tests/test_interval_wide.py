@@ -127,3 +127,64 @@ def test_torch_hardswish_and_hardsigmoid_modules_hold_torch_executions():
         for p in _points(xin.lo, xin.hi, x, rng):
             y = m(torch.from_numpy(p)).double().numpy()
             assert ((lo <= y) & (y <= hi)).all()
+
+
+def _gated_runs(p, kind):
+    """float32 executions at the points p: the decomposition as NumPy computes it, and
+    torch's own kernels where torch is importable."""
+    from scipy import special
+    f = np.float32
+    with np.errstate(all="ignore"):
+        if kind == "silu":
+            yield p * (f(1) / (f(1) + np.exp(-p)))
+        elif kind == "gelu":
+            yield p * f(0.5) * (f(1) + special.erf(p * f(0.7071067811865476)))
+        else:
+            inner = f(0.7978845608028654) * (p + f(0.044715) * p * p * p)
+            yield f(0.5) * p * (f(1) + np.tanh(inner))
+    try:
+        import torch
+    except Exception:
+        return
+    t = torch.from_numpy(np.ascontiguousarray(p))
+    F = torch.nn.functional
+    yield (F.silu(t) if kind == "silu" else
+           F.gelu(t, approximate="none" if kind == "gelu" else "tanh")).numpy()
+
+
+def _gated_exact(p, kind):
+    import mpmath
+    out = []
+    for t in p.ravel().astype(np.float64):
+        x = mpmath.mpf(float(t))
+        if kind == "silu":
+            y = x / (1 + mpmath.exp(-x))
+        elif kind == "gelu":
+            y = x / 2 * (1 + mpmath.erf(x / mpmath.sqrt(2)))
+        else:
+            y = x / 2 * (1 + mpmath.tanh(mpmath.sqrt(2 / mpmath.pi) * (x + mpmath.mpf(0.044715) * x ** 3)))
+        out.append(float(y))
+    return np.array(out).reshape(p.shape)
+
+
+@pytest.mark.parametrize("kind", ["silu", "gelu", "gelu_tanh"])
+def test_silu_and_gelu_of_wide_boxes_are_bounded_piecewise_and_hold_every_execution(kind):
+    rng = np.random.default_rng(11)
+    v = np.concatenate([rng.standard_normal(40) * 4, [0.5, -1.0, -20.0, 3.0, -0.7, 80.0]]
+                       ).astype(np.float32)
+    r = np.concatenate([rng.random(40) * 30, [30.0, 2.0, 5.0, 1e-3, 0.05, 100.0]])
+    x = fpx.Interval(v - r, v + r, value=v)
+    f = {"silu": fnn.silu, "gelu": fnn.gelu,
+         "gelu_tanh": lambda t: fnn.gelu(t, approximate="tanh")}[kind]
+    out = fpx.interval(f)(x)
+    # every value of silu (gelu) is >= -0.279 (-0.170): the pieces keep the lower bound near
+    # it where the decomposition over the whole box gave about lo/2 (silu: lo·σ(hi))
+    floor = -0.279 if kind == "silu" else -0.170
+    wide = (x.lo < -0.5) & (x.hi - x.lo >= 2.0 ** -4)
+    assert np.all(out.lo[wide] >= 2 * floor)
+    assert np.all(out.hi <= np.maximum(x.hi, 0) * (1 + 1e-5) + 1e-6)
+    for p in _points(x.lo, x.hi, v, rng, k=24):
+        for y in _gated_runs(p, kind):
+            assert out.contains(y).all()
+        e = _gated_exact(p, kind)
+        assert ((out.lo <= e) & (e <= out.hi)).all()

@@ -1,6 +1,7 @@
 """Interval rules of the special functions that are not chains of primitives: ``lgamma``
 (the C library's), the Hurwitz ``zeta`` of polygamma and digamma's reflection term
-``pi_over_tan_pi``, bounded on their monotone pieces."""
+``pi_over_tan_pi``, bounded on their monotone pieces; and of the self-gated activations
+``silu`` and ``gelu``, whose decomposition is bounded piece by piece on a wide box."""
 from __future__ import annotations
 
 import math
@@ -12,7 +13,7 @@ from fpx import nn_special as _sp
 from fpx.core import concrete
 from fpx.policy import Accuracy
 from fpx.transforms.interval.enclosure import LIBM64_ULPS, round_bounds, widen
-from fpx.transforms.interval.interpreter import rule
+from fpx.transforms.interval.interpreter import IntervalTracer, rule
 
 #: the root of ψ on (0, inf) (where lgamma is least), then on (-k-1, -k) for k = 0, 1, ...
 #: (mpmath, 30 digits, rounded to float64); lgamma is convex on every piece between poles
@@ -212,3 +213,56 @@ def _pi_over_tan_pi(self, prim, r):
         nan = np.isnan(lo) | np.isnan(hi)
         glo, ghi = np.where(nan, np.nan, glo), np.where(nan, np.nan, ghi)
     return self.new(v, glo, ghi, u)
+
+
+#: where silu's and gelu's decomposition x·g(x) is bounded piece by piece (exact in every
+#: float format): on [0, inf) both factors are >= 0 and increasing, below 0 the pieces halve
+#: the pairing of x's lower end with g's largest value
+_GATE_CUTS = (-np.inf, -64.0, -32.0, -16.0, -8.0, -4.0, -2.0, -1.0, -0.5, 0.0, np.inf)
+#: elements whose box is at least this wide and reaches below -0.5 are cut
+_GATE_WIDE = 2.0 ** -4
+
+
+@rule("silu", "gelu")
+def _self_gated(self, prim, x, **params):
+    """silu(x) = x·σ(x) and gelu(x) = x·Φ(x) (either form) as their decomposition -- the
+    program's own operations and roundings -- but over a wide box reaching below 0 the
+    decomposition's product of two intervals of one variable pairs x's lower end with the
+    gate's largest value: x in [-30, 30] gave silu in [-30, 30], where every value is in
+    [-0.28, 30]. There the box is cut at ``_GATE_CUTS``, the decomposition bounds each piece
+    (a box holding every execution whose input lies in it, about a program value inside it),
+    and the hull of the pieces -- which covers the whole box -- is intersected with the
+    whole box's bound. Narrow boxes (the usual round-off) take the decomposition alone."""
+    y = prim.decomposition(x, **params)
+    if not (self._own(x) and self._own(y)):
+        return y
+    xv = np.asarray(concrete(x.primal))
+    with np.errstate(all="ignore"):
+        lo, hi = np.asarray(x.lo, np.float64), np.asarray(x.hi, np.float64)
+        wide = np.isfinite(lo) & np.isfinite(hi) & (hi - lo >= _GATE_WIDE) & (lo < -0.5)
+    idx = np.flatnonzero(wide)
+    if idx.size == 0 or xv.shape != lo.shape:
+        return y
+    v, lo, hi = xv.ravel()[idx], lo.ravel()[idx], hi.ravel()[idx]
+    v64 = v.astype(np.float64)
+    plo, phi = np.full(idx.size, np.inf), np.full(idx.size, -np.inf)
+    for a, b in zip(_GATE_CUTS[:-1], _GATE_CUTS[1:]):
+        slo, shi = np.maximum(lo, a), np.minimum(hi, b)
+        hit = slo <= shi
+        if not hit.any():
+            continue
+        # the piece's program value: v clipped to [a, b] (a, b exact in v's format) is in
+        # the piece and in the box where they meet; elsewhere v itself, a point (ignored)
+        sv = np.where(hit, np.clip(v, v.dtype.type(a), v.dtype.type(b)), v)
+        piece = IntervalTracer(self, sv, np.where(hit, slo, v64), np.where(hit, shi, v64))
+        r = prim.decomposition(piece, **params)
+        rlo, rhi = np.asarray(r.lo, np.float64), np.asarray(r.hi, np.float64)
+        plo = np.where(hit, np.minimum(plo, rlo), plo)
+        phi = np.where(hit, np.maximum(phi, rhi), phi)
+    ylo = np.array(y.lo, np.float64).reshape(-1)
+    yhi = np.array(y.hi, np.float64).reshape(-1)
+    ok = np.isfinite(plo) & np.isfinite(phi)          # (a NaN piece: the whole box's bound)
+    ylo[idx] = np.where(ok, np.maximum(ylo[idx], plo), ylo[idx])
+    yhi[idx] = np.where(ok, np.minimum(yhi[idx], phi), yhi[idx])
+    shape = np.shape(y.lo)
+    return self.new(y.primal, ylo.reshape(shape), yhi.reshape(shape), y.unstable)
