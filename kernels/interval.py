@@ -317,6 +317,12 @@ def _at_least(y, c):
     return y if (y >= c) | (y != y) else c
 
 
+@numba.njit(inline="always")
+def _at_most(y, c):
+    """np.minimum(y, c) for float64 y and a non-NaN c (NaN kept)."""
+    return y if (y <= c) | (y != y) else c
+
+
 @numba.njit(cache=True, error_model="numpy")
 def _add_loop(alo, ahi, blo, bhi, rel, absl, top, floor, lo, hi):
     for i in range(lo.shape[0]):
@@ -534,7 +540,7 @@ def _right_of_radius(vv, r0):
 
 
 @numba.njit(inline="always", error_model="numpy")
-def _centred(cc, R, f, a, cb, top, floor):
+def _centred(cc, R, f, a, cb, top, floor, ceil):
     """(lo, hi, bad) of one element of ``center_bounds``. Only the four products can
     underflow (sums of doubles are exact where subnormal), each by at most 2^-1075: one
     final 3·2^-1074 covers them, added last so that an exact zero (R = a = c = 0, the ReLU's
@@ -546,30 +552,30 @@ def _centred(cc, R, f, a, cb, top, floor):
     bad = (abs(cc) == math.inf) | (cc != cc) | (d == math.inf) | (y != y) | (z != z)
     y = -math.inf if y < -top else y
     z = math.inf if z > top else z
-    return _at_least(y, floor), _at_least(z, floor), bad
+    return (_at_most(_at_least(y, floor), ceil), _at_most(_at_least(z, floor), ceil), bad)
 
 
 @numba.njit(cache=True, error_model="numpy")
-def _center_loop(c, R, f, a, cb, top, floor, lo, hi):
+def _center_loop(c, R, f, a, cb, top, floor, ceil, lo, hi):
     n_bad = 0
     for i in range(lo.shape[0]):
         for j in range(lo.shape[1]):
             lo[i, j], hi[i, j], bad = _centred(np.float64(_at(c, i, j)),
                                                np.float64(_at(R, i, j)), _at(f, i, j),
-                                               _at(a, i, j), cb, top, floor)
+                                               _at(a, i, j), cb, top, floor, ceil)
             n_bad += bad
     return n_bad
 
 
-def center_bounds(c, R, f, a, top, b=0.0, floor=-math.inf):
+def center_bounds(c, R, f, a, top, b=0.0, floor=-math.inf, ceil=math.inf):
     """(lo, hi, n_bad): ``c ∓ (rad·(1+8ε) + |c|·(b + 8ε)·(1+4ε) + 3·2^-1074)``, ``rad >= R·f +
     a`` (see above; ``b·|c|``: a radius term proportional to the centre's magnitude);
     ``n_bad`` counts elements with a non-finite centre, an infinite radius (R or a) or a NaN
-    bound: with none, every bound is finite or past ``top``. ``floor``: then
-    ``np.maximum(·, floor)`` of both (a ReLU after the GEMM, as ``add_bounds``)."""
+    bound: with none, every bound is finite or past ``top``. ``floor``, ``ceil``: then both
+    clipped to them (a ball known to be >= floor and <= ceil: a ReLU's, a clamp's)."""
     (c, R, f, a), (lo, hi), shape, (rlo, rhi) = _flat((c, R, f, a), (np.float64, np.float64))
     cb = (float(b) + 8 * _E) * (1.0 + 4 * _E)
-    n_bad = _center_loop(c, R, f, a, cb, float(top), float(floor), lo, hi)
+    n_bad = _center_loop(c, R, f, a, cb, float(top), float(floor), float(ceil), lo, hi)
     return _result(rlo, shape), _result(rhi, shape), n_bad
 
 
@@ -771,7 +777,8 @@ def _ball_floor_loop(v, r, c, out):
 
 def ball_floor(v, r, c):
     """The radius of ``max(x, c)`` about ``max(v, c)`` for x within r of v (a ReLU): r where
-    v > c (max is 1-Lipschitz), else how far above c an execution may reach (0: exactly c)."""
+    v > c (max is 1-Lipschitz), else how far above c an execution may reach (0: exactly c).
+    (A ball cannot say "one-sided": the caller keeps c as the ball's floor.)"""
     args, (o,), shape, (ro,) = _flat((v, r), (np.asarray(r).dtype if np.ndim(r) else
                                               _radius_dtype(v),))
     _ball_floor_loop(*args, float(c), o)

@@ -17,6 +17,8 @@ import math
 
 import numba
 import numpy as np
+from numba import types
+from numba.extending import overload
 
 from fpx.kernels.interval import _E, _TINY, _at, _put_up, _radius_abs_up, center_bounds
 
@@ -250,8 +252,9 @@ def _softmax_blocks(shift, shape2, consts, ylo, yhi):
     rows into ylo/yhi (a block's arrays stay in cache between the passes)."""
     rows, n = shape2
     bl = max(1, min(rows, _SOFTMAX_BLOCK))
-    dl, dh, el, eh = (np.empty((bl, n)) for _ in range(4))
     c = tuple(float(z) for z in consts)
+
+    dl, dh, el, eh = (np.empty((bl, n)) for _ in range(4))
     with np.errstate(all="ignore"):
         for s in range(0, rows, bl):
             e = min(s + bl, rows)
@@ -261,6 +264,13 @@ def _softmax_blocks(shift, shape2, consts, ylo, yhi):
             np.exp(dl_b, out=el_b)
             np.exp(dh_b, out=eh_b)
             _softmax_rows(dl_b, dh_b, el_b, eh_b, *c, ylo[s:e], yhi[s:e])
+
+
+@numba.njit(cache=True, error_model="numpy")
+def _rounded_down(x):
+    """x moved down by 4 units of float64 rounding (a lower bound of a computed sum or
+    product of either sign)."""
+    return x * (1 - 4 * _E) if x > 0 else x * (1 + 4 * _E)
 
 
 @numba.njit(cache=True, error_model="numpy")
@@ -300,27 +310,48 @@ def _ln_q_max(n, var_lo, M2, e_mu, a_v, g_v, d_op, d_s, eta, eps):
             if var_lo < (m * G) * (m * G):
                 r = max(r, (sq * m * G * (1 + 4 * E) + e_mu) / math.sqrt(base) * (1 + 4 * E))
             best = min(best, r)
+    elif base > 0:                                          # (c)
+        # the rule's error terms exceed eps (a wide box, a small eps): s'² >= base always
+        # (var' >= 0), and s'² >= c·var + kap where σ >= m·G. Below σ1 = max(m·G,
+        # sqrt((base - kap)/c)) the quotient is <= (sq·σ1 + e_μ)/sqrt(base); above it
+        # (sq·σ + e_μ)/sqrt(c·σ² + kap) falls with σ (kap < 0), so the same bound holds
+        kl = _rounded_down(_rounded_down(eps - beta) * (1 - d_op) - eta)  # <= kap (negative: rounded down)
+        for m in (1.5, 2.0, 4.0):
+            c = (1 - d_op) * (1 - 1 / m) * (1 - 4 * E)
+            s1 = max(m * G, math.sqrt((base - kl) / c * (1 + 4 * E))) * (1 + 4 * E)
+            r = (sq * s1 * (1 + 4 * E) + e_mu) / math.sqrt(base) * (1 + 4 * E)
+            best = min(best, r)
     return best / (1 - d_s) * (1 + 8 * E) + _TINY
 
 
-@numba.njit(inline="always", error_model="numpy")
-def _ln_load(v, a, b, i, ball, vr, rr, xa, dr):
+def _ln_load(v, a, b, i, vr, rr, xa, dr):
     """Row i of a layer norm's input into scratch: values, radii (upper bounds), magnitude
     bounds max|x| and |v| (plus x - x: NaN where an input is not finite). (a, b): the box
-    (lo, hi), or for ``ball`` the radius (twice)."""
-    for j in range(vr.shape[0]):
-        vv = np.float64(v[i, j])
-        vr[j] = vv
-        if ball:
-            rj = np.float64(a[i, j])
-            rr[j] = rj
-            xa[j] = (abs(vv) + rj) * (1 + 2 * _E)
-            dr[j] = abs(vv) + (rj - rj)
-        else:
+    (lo, hi), or (r, None) for a ball; resolved at compile time (as ``_at``)."""
+
+
+@overload(_ln_load, inline="always")
+def _ln_load_impl(v, a, b, i, vr, rr, xa, dr):
+    if isinstance(b, types.NoneType):
+        def ball(v, a, b, i, vr, rr, xa, dr):
+            for j in range(vr.shape[0]):
+                vv = np.float64(v[i, j])
+                rj = np.float64(a[i, j])
+                vr[j] = vv
+                rr[j] = rj
+                xa[j] = (abs(vv) + rj) * (1 + 2 * _E)
+                dr[j] = abs(vv) + (rj - rj)
+        return ball
+
+    def box(v, a, b, i, vr, rr, xa, dr):
+        for j in range(vr.shape[0]):
+            vv = np.float64(v[i, j])
             lo, hi = np.float64(a[i, j]), np.float64(b[i, j])
+            vr[j] = vv
             rr[j] = _radius_abs_up(vv, max(vv - lo, hi - vv))[0]
             xa[j] = max(abs(lo), abs(hi))
             dr[j] = abs(vv) + (lo - lo) + (hi - hi)
+    return box
 
 
 @numba.njit(error_model="numpy")
@@ -350,11 +381,11 @@ def _ln_radius(i, yl, yh, vy, r):
 
 
 @numba.njit(cache=True, error_model="numpy")
-def _layer_norm_rows(v, a, b_in, ball, w, b, eps_lo, eps_hi, g_mu, g_v, g_out, d_op, d_s, eta,
+def _layer_norm_rows(v, a, b_in, w, b, eps_lo, eps_hi, g_mu, g_v, g_out, d_op, d_s, eta,
                      g64, top, lim, wb_max, vy, out_a, out_b, ball_out):
     """fpx.interval's layer-norm rule (see its docstring for the derivation), one row at a
-    time: pass 1 the row's sums, pass 2 the centred value's norm, pass 3 the bounds (input
-    and output a box or a ball: ``_ln_load``, ``_ln_emit``). Returns (n_bad, n_loose): the
+    time: pass 1 the row's sums, pass 2 the centred value's norm, pass 3
+    the bounds (input and output a box or a ball: ``_ln_load``, ``_ln_emit``). Returns (n_bad, n_loose): the
     rows where an intermediate of the program might pass ``lim`` (the squares and their
     sum, the normalized value or its scaling: overflow the bound does not model) or an input
     is not finite (those rows' bounds are left unset), and the radii that are not finite or
@@ -369,7 +400,7 @@ def _layer_norm_rows(v, a, b_in, ball, w, b, eps_lo, eps_hi, g_mu, g_v, g_out, d
     vr, rr, xa, dr = np.empty(n), np.empty(n), np.empty(n), np.empty(n)
     yl, yh = np.empty(n), np.empty(n)
     for i in range(rows):
-        _ln_load(v, a, b_in, i, ball, vr, rr, xa, dr)
+        _ln_load(v, a, b_in, i, vr, rr, xa, dr)
         s_av = _row_sum(dr)
         if not math.isfinite(s_av):           # a non-finite input: the caller's fallback
             n_bad += 1
@@ -470,18 +501,17 @@ def layer_norm_bounds(v, x, w, b, eps_lo, eps_hi, g_mu, g_v, g_out, d_op, d_s, e
     not finite. Three compiled passes per row, with the row in cache: the decomposition's
     rules made ~25 passes over the whole block."""
     n = v.shape[-1]
-    ball = len(x) == 1
     if vy is None:
         out_a, out_b = np.empty(v.shape), np.empty(v.shape)
     else:
         out_a = np.empty(v.shape, np.float32 if vy.dtype == np.float32 else np.float64)
         out_b = out_a
     wb_max = max(1.0, float(np.max(np.abs(w)))) + float(np.max(np.abs(b)))
-    n_bad, n_loose = _layer_norm_rows(
-        v, x[0], x[-1], ball, w, b, float(eps_lo), float(eps_hi), float(g_mu), float(g_v),
-        float(g_out), float(d_op), float(d_s), float(eta),
-        (n + 4) * 2.0 ** -53 / (1 - (n + 4) * 2.0 ** -53), float(top), float(lim), wb_max,
-        v if vy is None else vy, out_a, out_b, vy is not None)
+    args = (v, x[0], x[1] if len(x) == 2 else None, w, b, float(eps_lo), float(eps_hi), float(g_mu), float(g_v),
+            float(g_out), float(d_op), float(d_s), float(eta),
+            (n + 4) * 2.0 ** -53 / (1 - (n + 4) * 2.0 ** -53), float(top), float(lim), wb_max,
+            v if vy is None else vy, out_a, out_b, vy is not None)
+    n_bad, n_loose = _layer_norm_rows(*args)
     if vy is not None:
         return (None, None, 0) if n_loose and not n_bad else (out_a, None, n_bad)
     return out_a, out_b, n_bad

@@ -188,3 +188,55 @@ def test_silu_and_gelu_of_wide_boxes_are_bounded_piecewise_and_hold_every_execut
             assert out.contains(y).all()
         e = _gated_exact(p, kind)
         assert ((out.lo <= e) & (e <= out.hi)).all()
+
+
+def test_a_clamp_that_cuts_a_wide_ball_gives_the_clamps_box():
+    # hardsigmoid's clamp(z + 3, 0, 6) of a ball ±30 kept the ball (±30 about the value,
+    # 1-Lipschitz) where every execution lies in [0, 6]; ReLU6 likewise
+    rng = np.random.default_rng(3)
+    x = rng.standard_normal((8, 24)).astype(np.float32)
+    W = (rng.standard_normal((24, 40)) / 4).astype(np.float32)
+    b = rng.standard_normal(40).astype(np.float32)
+    r = 30.0
+    xin = fpx.Interval(x.astype(np.float64) - r, x.astype(np.float64) + r, value=x)
+    hsig, hswish, relu6 = fpx.interval(_gate(W, b))(xin)
+    assert hsig.lo.min() >= -1e-6 and hsig.hi.max() <= 1 + 1e-6
+    assert relu6.lo.min() >= 0 and relu6.hi.max() <= 6
+    # z·g/6 with g in [0, 6]: no wider than z's own box (the ball gave ~|z|·|z|/6)
+    z = fpx.interval(lambda h: fnp.add(fnp.matmul(h, W), b))(xin)
+    assert np.all(hswish.hi - hswish.lo <= 1.01 * (np.maximum(np.abs(z.lo), np.abs(z.hi)) * 2))
+
+
+@pytest.mark.parametrize("eps,radius", [(1e-6, 300.0), (1e-5, 3e4)])
+def test_layer_norm_of_a_wide_box_with_a_small_eps_stays_finite_and_bounded(eps, radius):
+    # the rule's error terms for the box (γ_{2n+8}·sqrt(mean x²)·σ) exceed eps: the a priori
+    # bound then pays them from s'² >= (1-δ)·eps - η (var' >= 0) instead of giving up (it
+    # gave |y - b| ~ 1e6 for the first case, ~1e8 for the second: the decomposition's box)
+    rng = np.random.default_rng(5)
+    n = 192
+    x = rng.standard_normal((3, n)).astype(np.float32)
+    w = (1 + 0.1 * rng.standard_normal(n)).astype(np.float32)
+    b = (0.1 * rng.standard_normal(n)).astype(np.float32)
+    xin = fpx.Interval(x.astype(np.float64) - radius, x.astype(np.float64) + radius, value=x)
+    out = fpx.interval(lambda h: fnn.layer_norm(h, n, w, b, eps))(xin)
+    # |x_i - μ'| <= sqrt(n)·σ1 + e_μ with σ1 ~ 1.5·γ_{2n+8}(2^-24)·max|x|: the normalized
+    # value stays below ~3·sqrt(n)·(2n+8)·2^-24·max|x|/sqrt(eps) (+ sqrt(n) for wide spreads)
+    q = 3 * np.sqrt(n) * (2 * n + 8) * 2.0 ** -24 * (radius + 4) / np.sqrt(eps) + np.sqrt(n)
+    reach = q * np.abs(w.astype(np.float64)) + np.abs(b) + 1e-3
+    assert np.all(out.hi <= reach) and np.all(out.lo >= -reach)
+
+
+@pytest.mark.slow      # (torch's import and export)
+def test_a_torch_silu_reaches_the_piecewise_rule():
+    # torch.export's default table decomposes aten.silu into x * sigmoid(x), which fpx then
+    # bounded as a product of two intervals; kept, it maps to fpx.nn.silu and its rule
+    torch = pytest.importorskip("torch")
+    v = torch.tensor([0.5, -1.0, -20.0, 3.0])
+    r = np.array([30.0, 2.0, 5.0, 1e-3])
+    x = fpx.Interval(v.double().numpy() - r, v.double().numpy() + r, value=v)
+    out = fpx.interval(torch.nn.SiLU())(x)
+    assert np.all(np.asarray(out.lo)[:3] >= -0.6)
+    with torch.no_grad():
+        for p in _points(x.lo, x.hi, v.numpy(), np.random.default_rng(2)):
+            y = torch.nn.functional.silu(torch.from_numpy(p)).double().numpy()
+            assert ((np.asarray(out.lo) <= y) & (y <= np.asarray(out.hi))).all()

@@ -495,15 +495,21 @@ def _ball_pair(self, prim, a, b):
 def _ball_clamp(self, prim, a, b):
     """max(x, c) (min: by symmetry) of a ball x and a constant scalar c: exact, 1-Lipschitz;
     the radius stays where the value passed c and shrinks to how far an execution may pass c
-    where it did not (``ball_floor``: 0 where no execution can)."""
+    where it did not (``ball_floor``: 0 where no execution can). c joins the ball's clip
+    (every execution is >= c): its box is the clamp's exact box -- a ball about the value
+    cannot say "one-sided", and a wide ball straddling c (hardsigmoid's clamp(z + 3, 0, 6)
+    of ±387 about 2.7) would otherwise give ±387 where every execution lies in [0, 6]."""
     if self.branches != "hull":
         return None
     got = _ball_constant(self, prim, a, b)
     if got is None or np.ndim(got[1]) or not np.isfinite(got[1]):
         return None
     x, c, v, F = got
+    lo, hi = x.clip
     if prim.name == "max":
         rad = _K.ball_floor(x.primal, x.rad, float(c))
+        clip = (max(lo, float(c)), max(hi, float(c)))
     else:
         rad = _K.ball_floor(-np.asarray(x.primal), x.rad, -float(c))
-    return self.new_ball(v, rad, F.max, x.unstable)
+        clip = (min(lo, float(c)), min(hi, float(c)))
+    return self.new_ball(v, rad, F.max, x.unstable, clip)

@@ -93,14 +93,16 @@ def _frozen(a, shape):
 class IntervalTracer(Tracer):
     """A traced value and its enclosure: a box (``lo``, ``hi``) or a ball (``rad`` about the
     value; ``top``: past this magnitude an execution may overflow, so the box is infinite
-    there). ``point``: the enclosure is the value itself (no round-off yet; a point input's
-    float64 box is made when a rule first asks for it)."""
-    __slots__ = ("_lo", "_hi", "rad", "top", "unstable", "point")
+    there; ``clip``: scalars (floor, ceil) every execution lies between -- a ReLU's or a
+    clamp's, which a ball about the value cannot say -- applied to its box). ``point``: the
+    enclosure is the value itself (no round-off yet; a point input's float64 box is made when
+    a rule first asks for it)."""
+    __slots__ = ("_lo", "_hi", "rad", "top", "clip", "unstable", "point")
 
     def __init__(self, interp, primal, lo, hi, unstable=None, point=False, rad=None,
-                 top=math.inf):
+                 top=math.inf, clip=(-math.inf, math.inf)):
         super().__init__(interp, primal)
-        self._lo, self._hi, self.rad, self.top = lo, hi, rad, top
+        self._lo, self._hi, self.rad, self.top, self.clip = lo, hi, rad, top, clip
         self.unstable, self.point = unstable, point
 
     def _box(self):
@@ -110,7 +112,8 @@ class IntervalTracer(Tracer):
             return
         if np.asarray(v).dtype not in (np.float32, np.float64):
             v = as_f64(v)
-        lo, hi, _ = _K.center_bounds(dense(v), dense(self.rad), 1.0, 0.0, self.top)
+        lo, hi, _ = _K.center_bounds(dense(v), dense(self.rad), 1.0, 0.0, self.top, 0.0,
+                                     *self.clip)
         shape = np.shape(concrete(self.primal))
         self._lo, self._hi = _frozen(lo, shape), _frozen(hi, shape)
 
@@ -396,9 +399,10 @@ class IntervalInterpreter(Interpreter):
             unstable = np.broadcast_to(unstable, shape)
         return IntervalTracer(self, value, lo, hi, unstable, point)
 
-    def new_ball(self, value, rad, top, unstable=None):
-        """A result known as ``|y - value| <= rad`` (every execution; ``top`` as the tracer's)."""
-        return IntervalTracer(self, value, None, None, unstable, False, rad, top)
+    def new_ball(self, value, rad, top, unstable=None, clip=(-math.inf, math.inf)):
+        """A result known as ``|y - value| <= rad`` (every execution; ``top`` and ``clip``
+        as the tracer's)."""
+        return IntervalTracer(self, value, None, None, unstable, False, rad, top, clip)
 
     def integer_bounds(self, prim_name, dt, lo, hi):
         """Bounds of an integer result: integer arithmetic is exact, so the float64 enclosure

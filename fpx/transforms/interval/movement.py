@@ -51,6 +51,6 @@ def _move_ball(self, prim, x, **params):
     """A ball moves as its value does: the same movement of its radius."""
     v = self.value_of(prim, (x,), params)
     un = None if x.unstable is None else _apply_np(prim, [x.unstable], params)
-    return self.new_ball(v, dense(_apply_np(prim, [x.rad], params)), x.top, un)
+    return self.new_ball(v, dense(_apply_np(prim, [x.rad], params)), x.top, un, x.clip)
 
 
