@@ -220,12 +220,13 @@ def graph_fn(ep, xp=np):
         env, it = {}, iter(user_vals)
         for n, kind, ref in inputs:
             env[n] = next(it) if kind == "user" else ref if kind == "const" else params[ref]
-        for n, h, ctx, args_of, kwargs, dead_here in steps:
-            kw = _substitute(kwargs, env) if kwargs else {}
-            env[n] = conform(h(ctx, *args_of(env), **kw), ctx)
-            for dead in dead_here:
-                if dead in env and dead is not n:
-                    del env[dead]
+        with np.errstate(all="ignore"):     # torch's ops do not warn (log(0), 0/0): NumPy's
+            for n, h, ctx, args_of, kwargs, dead_here in steps:     # evaluation of them neither
+                kw = _substitute(kwargs, env) if kwargs else {}
+                env[n] = conform(h(ctx, *args_of(env), **kw), ctx)
+                for dead in dead_here:
+                    if dead in env and dead is not n:
+                        del env[dead]
         outs = [_substitute(a, env) for a in out_node.args[0]]
         return _pytree.tree_unflatten([outs[i] for i in user_out], out_spec)
     return fn
