@@ -783,6 +783,7 @@ def test_transforms_leave_the_garbage_collector_alone():
         gc.enable()
 
 
+@pytest.mark.slow      # (10-25 s: the default run keeps its siblings)
 def test_transforms_leave_no_reference_cycles():
     """A transform's tracers, outputs and their arrays are freed by reference counting, not
     left to the cyclic collector (a self-calling closure in tree.flatten held them: the resident

@@ -961,6 +961,7 @@ def test_random_dags_emulated_policies(policy):
 LONG_OPS = ("sum", "mean", "cumsum", "matmul", "softmax", "layer_norm", "add", "mul", "cast")
 
 
+@pytest.mark.slow      # (10-25 s: the default run keeps its siblings)
 def test_long_reductions():
     """Few ops, long reductions (K up to 400): the gamma_K bound against sequential (float16
     accumulation stagnates), reversed, pairwise, blocked and random-tree executions."""

@@ -439,6 +439,7 @@ def test_bound_at_powers_of_two_subnormals_and_zero(fmt):
     assert np.all(np.isinf(half.bound([np.inf, -np.inf, np.nan], f)))
 
 
+@pytest.mark.slow      # (10-25 s: the default run keeps its siblings)
 def test_bound_is_sound_by_brute_force_float16():
     """For exact values f and every float16 r with |r-f| <= U ulp(f) + A: bound(r) >= |r-f|."""
     f16 = formats.float16

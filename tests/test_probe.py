@@ -209,6 +209,7 @@ def _run_repro(path):
                           timeout=300).returncode
 
 
+@pytest.mark.slow      # (10-25 s: the default run keeps its siblings)
 def test_swapped_subtraction_is_found_minimized_and_reproduced(tmp_path, sandbox):
     rep = fuzz(swap_sub, programs=4, seed=1, out=str(tmp_path), config=SMALL,
                minimize_budget=20, timeout=60, sandbox=sandbox)
@@ -251,6 +252,7 @@ def test_equivalent_backends_give_no_findings(backend, sandbox):
 
 
 # ----------------------------------------------------------------------------- crashes and hangs
+@pytest.mark.slow      # (10-25 s: the default run keeps its siblings)
 def test_crash_hard_crash_and_hang_do_not_stop_the_fuzzer(tmp_path, sandbox):
     cfg = Config(max_stmts=4, ops=("unary", "matmul", "flip"))
     rep = fuzz(raises_on_matmul, programs=3, seed=1, config=cfg, mutations=(), out=str(tmp_path),

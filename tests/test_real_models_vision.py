@@ -160,6 +160,7 @@ class _TinyViT(nn.Module):
         return self.head(self.blocks(t)[:, 0])
 
 
+@pytest.mark.slow      # (10-25 s: the default run keeps its siblings)
 def test_a_module_with_parameters_between_its_sublayers_is_a_composite():
     # as a fine layer, the whole ViT's bound (too wide to decide) made a clean model
     # inconclusive; as a composite it is unchecked, and each sublayer decides on its own

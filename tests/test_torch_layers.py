@@ -159,6 +159,7 @@ def _planted(m, name, factor=1.01):
     return t
 
 
+@pytest.mark.slow      # (10-25 s: the default run keeps its siblings)
 def test_default_layers_are_fine_and_find_a_planted_weight_bug():
     # the default layers: every parameter-owning module and leaf, and the composites (the
     # residual blocks, the model) -- a 1.01x weight in one conv is found at that conv
@@ -209,6 +210,7 @@ def _deep_norm_chain(depth=16):
                            for _ in range(depth)]).eval()
 
 
+@pytest.mark.slow      # (10-25 s: the default run keeps its siblings)
 def test_a_vacuous_bound_does_not_say_roundoff():
     # sixteen Linear-LayerNorm pairs: the whole program's interval bound is about as wide as
     # the output's own range (each layer norm's whole output range); a reference from a copy
