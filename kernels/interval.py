@@ -69,12 +69,40 @@ def _at_impl(x, i, j):
     return lambda x, i, j: x
 
 
+def _flat_dense(args, out_dtypes):
+    """``_flat``'s common case in one pass: every array operand C-contiguous and of one shape,
+    the others Python floats, float64 scalars or 0-d arrays (read as scalars, as ``_flat``
+    does), outputs allocated; None otherwise (the general path). On small arrays the layout
+    analysis cost more than the kernel."""
+    shape = None
+    for a in args:
+        if type(a) is np.ndarray:
+            if not a.ndim:
+                continue
+            if not a.flags.c_contiguous or (shape is not None and a.shape != shape):
+                return None
+            shape = a.shape
+        elif type(a) is not float and type(a) is not np.float64:
+            return None
+    if shape is None or math.prod(shape) <= 1:
+        return None
+    cols, rows = shape[-1], math.prod(shape[:-1])
+    flat = [a.reshape(rows, cols) if type(a) is np.ndarray and a.ndim else float(a)
+            for a in args]
+    res = [_empty(shape, dt) for dt in out_dtypes]
+    return flat, [o.reshape(rows, cols) for o in res], shape, res
+
+
 def _flat(args, out_dtypes, outs=None):
     """Operands and outputs as (rows, cols) blocks, cols = the last axis: arrays of the full
     shape are used in place, a contiguous row broadcast over the leading axes (a bias) stays
     1-D, scalars and size-1 arrays become float64 scalars; anything else is expanded once.
     Outputs are allocated, or the given ``outs`` used where they are contiguous arrays of the
     result shape and dtype. Returns (operands, output blocks, shape, output arrays)."""
+    if outs is None:
+        got = _flat_dense(args, out_dtypes)
+        if got is not None:
+            return got
     shape = _broadcast_shape(args)
     in_order = _in_order(args, shape)
     perm = None if in_order else _common_layout(args, shape)

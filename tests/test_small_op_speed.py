@@ -113,3 +113,30 @@ def test_resolve_and_formats_cached_per_run():
     assert it.fmt(np.dtype(np.float32)) is it.fmt(np.dtype(np.float32))
     assert it.fused_terms("add", it.fmt(np.dtype(np.float32))) is not None
     assert it.fused_terms("add", None) is None
+
+
+def test_flat_common_case_lays_out_operands_as_the_general_path():
+    """``kernels.interval._flat_dense`` (one pass for same-shape C-contiguous arrays and
+    scalars) gives the general layout analysis's blocks, shape and outputs, and defers
+    (None) on anything else: broadcast rows, transposed views, other scalar types."""
+    import itertools
+    from fpx.kernels import interval as K
+    rng = np.random.default_rng(7)
+    for shp in ((5,), (3, 4), (2, 3, 4), (1, 2, 128)):
+        a, b = rng.random(shp), rng.random(shp)
+        cands = [a, b, 1.5, np.asarray(2.0), np.float64(3.0), 2, rng.random(shp[-1:]),
+                 a.astype(np.float32), np.swapaxes(a, 0, -1) if a.ndim > 1 else a[::-1]]
+        for combo in itertools.product(cands, repeat=3):
+            fast = K._flat_dense(combo, (np.float64,))
+            if fast is None:
+                continue
+            saved, K._flat_dense = K._flat_dense, lambda a, d: None
+            try:
+                slow = K._flat(combo, (np.float64,))
+            finally:
+                K._flat_dense = saved
+            assert fast[2] == slow[2] and [o.shape for o in fast[1]] == [o.shape for o in slow[1]]
+            for x0, x1 in zip(fast[0], slow[0]):
+                assert np.shape(x0) == np.shape(x1) and np.array_equal(x0, x1)
+    assert K._flat_dense((a, np.swapaxes(a, 0, -1)), (np.float64,)) is None
+    assert K._flat_dense((a, rng.random(shp[-1:])), (np.float64,)) is None
