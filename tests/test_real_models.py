@@ -19,6 +19,8 @@ torch = pytest.importorskip("torch")
 T = pytest.importorskip("transformers")
 
 import fpx  # noqa: E402
+from _real_model_checks import (assert_classify_finds_a_planted_weight,  # noqa: E402
+                                assert_samples_scatter_about)
 
 pytestmark = [pytest.mark.filterwarnings("ignore::DeprecationWarning"),
               pytest.mark.filterwarnings("ignore::FutureWarning"),
@@ -97,22 +99,11 @@ def test_stochastic_runs_scatter_about_the_output(name):
     s = fpx.stochastic(_hidden(m), "sr", samples=4, seed=0)(ids)
     with torch.no_grad():
         own = m(ids).last_hidden_state
-    assert s.shape == (4,) + tuple(own.shape) and torch.isfinite(s).all()
-    rel = (s - own).abs().max() / own.abs().max()
-    assert 0 < rel < 1e-3
+    assert_samples_scatter_about(s, own, 4)
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("name", sorted(MODELS))
 def test_classify_layer_by_layer_roundoff_and_a_planted_bug(name):
     m, layer, ids = _model(name)
-    ref = copy.deepcopy(m).double()
-    v = fpx.classify(m, ref, ids)
-    assert v.kind == "roundoff", v.report()
-    ran = [n for n, _ in v.layers]
-    assert layer in ran
-    bug = copy.deepcopy(m)
-    with torch.no_grad():
-        bug.get_submodule(layer).weight.mul_(1.01)
-    w = fpx.classify(bug, ref, ids)
-    assert w.kind == "bug" and w.first_bug == layer, w.report()
+    assert_classify_finds_a_planted_weight(m, layer, ids)
