@@ -220,8 +220,9 @@ def graph_fn(ep, xp=np):
         env, it = {}, iter(user_vals)
         for n, kind, ref in inputs:
             env[n] = next(it) if kind == "user" else ref if kind == "const" else params[ref]
-        with np.errstate(all="ignore"):     # torch's ops do not warn (log(0), 0/0): NumPy's
-            for n, h, ctx, args_of, kwargs, dead_here in steps:     # evaluation of them neither
+        # torch's ops do not warn (log(0), 0/0): NumPy's evaluation of them neither
+        with np.errstate(all="ignore"):
+            for n, h, ctx, args_of, kwargs, dead_here in steps:
                 kw = _substitute(kwargs, env) if kwargs else {}
                 env[n] = conform(h(ctx, *args_of(env), **kw), ctx)
                 for dead in dead_here:

@@ -444,18 +444,15 @@ def _ball_constant(self, prim, a, b):
 @ball_rule("add", "sub", "mul")
 def _ball_shift_scale(self, prim, a, b):
     """x + t, x - t (t constant) and x·s (s a constant scalar) of a ball x within r of v, and
-    x ± y of two balls (radii r_x + r_y: ``_ball_pair``). An execution y = fl(x ∘ c) errs by
+    x ± y of two balls (radii r_x + r_y: ``_ball_operands``). An execution y = fl(x ∘ c) errs by
     <= q·|x ∘ c| + e (the policy), the program's value v' = fl(v ∘ c) by <= q0·|v ∘ c| + e0
     (NumPy's IEEE op: q0 = 2^-p, e0 = 0 for a sum, whose underflow is exact, η/2 for a
     product), and |x ∘ c - v ∘ c| <= g·r (g = 1, or |s|): |y - v'| <= g·r·(1 + q) + (q +
     q0)·|v ∘ c| + e + e0, |v ∘ c| <= (|v'| + e0)/(1 - q0)."""
-    got = _ball_constant(self, prim, a, b) if prim.name == "mul" else _ball_pair(self, prim, a, b)
+    got = _ball_operands(self, prim, a, b)
     if got is None:
         return None
-    x, c, v, F = got
-    r2 = 0.0
-    if isinstance(c, tuple):              # a second ball: its radius joins r
-        c, r2 = 0.0, c[0]
+    x, c, v, F, r2 = got
     q, e = self.rel_abs(prim.name, F)
     q0 = 2.0 ** -F.p
     if prim.name == "mul":
@@ -473,11 +470,13 @@ def _ball_shift_scale(self, prim, a, b):
                          else x.unstable)
 
 
-def _ball_pair(self, prim, a, b):
-    """``_ball_constant`` for x ± y where both are balls of one shape and float dtype (the
-    constant then a one-tuple of y's radius), else where one is a constant."""
-    if not (self._own(a) and self._own(b) and a.is_ball and b.is_ball):
-        return _ball_constant(self, prim, a, b)
+def _ball_operands(self, prim, a, b):
+    """(x, c, value, F, r2) for ``_ball_shift_scale``: ``_ball_constant``'s with r2 = 0, or
+    for x ± y of two balls of one shape and float dtype, c = 0 and r2 = y's radius."""
+    if prim.name == "mul" or not (self._own(a) and self._own(b) and a.is_ball
+                                  and b.is_ball):
+        got = _ball_constant(self, prim, a, b)
+        return None if got is None else (*got, 0.0)
     if a is b:          # (x - x is exactly 0: the box rule)
         return None
     va, vb = concrete(a.primal), concrete(b.primal)
@@ -488,7 +487,7 @@ def _ball_pair(self, prim, a, b):
     F = self.fmt(va.dtype)
     if F is None or not F.has_inf or self.accuracy(prim.name, F).input_dependent:
         return None
-    return a, (b.rad,), self.value_of(prim, (a, b), {}), F
+    return a, 0.0, self.value_of(prim, (a, b), {}), F, b.rad
 
 
 @ball_rule("max", "min")

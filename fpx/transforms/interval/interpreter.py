@@ -80,6 +80,19 @@ def _as_shape(a, shape):
     return a
 
 
+def _memo(cache, key, make):
+    """``cache[key]``, made by ``make()`` on first use (a key that is not hashable: made each
+    time) -- the per-run caches of what the policy says about an op or a dtype."""
+    try:
+        return cache[key]
+    except KeyError:
+        pass
+    except TypeError:
+        return make()
+    got = cache[key] = make()
+    return got
+
+
 def _frozen(a, shape):
     """``a`` as a read-only array of ``shape`` (a tracer's bound: no kernel may then write its
     result into it, see ``enclosure.owned``): a fresh array of that shape is marked read-only
@@ -193,19 +206,12 @@ class IntervalInterpreter(Interpreter):
         """The format of a ``dtype`` result under the policy (``formats.FlushedFormat`` where
         the policy flushes it to zero); None for integer and bool dtypes. Resolved once per
         dtype (every rule asks)."""
-        try:
-            return self._fmt_cache[dtype]
-        except (KeyError, TypeError):      # (TypeError: an unhashable dtype-like)
-            pass
-        try:
-            F = self.flushed(_formats.get(dtype))
-        except (TypeError, ValueError):
-            F = None
-        try:
-            self._fmt_cache[dtype] = F
-        except TypeError:
-            pass
-        return F
+        def make():
+            try:
+                return self.flushed(_formats.get(dtype))
+            except (TypeError, ValueError):
+                return None
+        return _memo(self._fmt_cache, dtype, make)
 
     def flushed(self, F):
         """F as the policy computes in it: a ``formats.FlushedFormat`` where it flushes F's
@@ -220,24 +226,14 @@ class IntervalInterpreter(Interpreter):
     def resolve(self, prim, dtype):
         """The policy's formats of ``prim`` on a ``dtype`` program (flush-to-zero formats as
         ``formats.FlushedFormat``); resolved once per (op, dtype)."""
-        try:
-            return self._resolved[(prim, dtype)]
-        except (KeyError, TypeError):       # (TypeError: an unhashable dtype-like)
-            pass
-        r = self.policy.resolve(prim, dtype)
-        r = type(r)(*map(self.flushed, r)) if self.policy.flush_to_zero else r
-        try:
-            self._resolved[(prim, dtype)] = r
-        except TypeError:
-            pass
-        return r
+        def make():
+            r = self.policy.resolve(prim, dtype)
+            return type(r)(*map(self.flushed, r)) if self.policy.flush_to_zero else r
+        return _memo(self._resolved, (prim, dtype), make)
 
     def accuracy(self, prim_name, fmt):
-        key = (prim_name, fmt.name)
-        acc = self._acc_cache.get(key)
-        if acc is None:
-            acc = self._acc_cache[key] = self.policy.accuracy(prim_name, fmt)
-        return acc
+        return _memo(self._acc_cache, (prim_name, fmt.name),
+                     lambda: self.policy.accuracy(prim_name, fmt))
 
     def fused_terms(self, prim_name, F, steps=1):
         """``enclosure.rounding_terms`` (rel, abs, top) of one ``prim_name`` rounding into F
@@ -245,18 +241,13 @@ class IntervalInterpreter(Interpreter):
         not apply: no format (an exact integer op), an accuracy that is not sign-keeping
         (``enclosure.sign_keeping``), a format without infinities other than float64.
         Resolved once per (op, format, steps)."""
-        key = (prim_name, F, steps)
-        try:
-            return self._fused[key]
-        except KeyError:
-            pass
-        terms = None
-        if F is not None and (F.has_inf or F.name == "float64"):
-            acc = self.accuracy(prim_name, F)
-            if sign_keeping(acc):
-                terms = rounding_terms(F, acc.ulps, acc.absolute, steps=steps)
-        self._fused[key] = terms
-        return terms
+        def make():
+            if F is not None and (F.has_inf or F.name == "float64"):
+                acc = self.accuracy(prim_name, F)
+                if sign_keeping(acc):
+                    return rounding_terms(F, acc.ulps, acc.absolute, steps=steps)
+            return None
+        return _memo(self._fused, (prim_name, F, steps), make)
 
     # -- events ----------------------------------------------------------------------------
     def note(self, kind, what, count=1):

@@ -393,11 +393,11 @@ def _layer_norm_rows(self, prim, x, weight, bias, axes, eps):
         top = F.max if F.has_inf and F.name != "float64" else math.inf
         lim = min(F.max, Facc.max) / 4
         consts = (min(eps, eps_f), max(eps, eps_f), g_mu, g_v, g_out, d_op, d_s, eta, top, lim)
-        xb = tuple(block(z) for z in xin)
+        vb, xb = block(vk), tuple(block(z) for z in xin)
         vy = block(concrete(v)) if F.has_inf and dt in (np.float32, np.float64) else None
-        ylo, yhi, n_bad = _KN.layer_norm_bounds(block(vk), xb, *wb, *consts, vy)
+        ylo, yhi, n_bad = _KN.layer_norm_bounds(vb, xb, *wb, *consts, vy)
         if ylo is None:      # a ball past the format, or lopsided about the value: the box
-            ylo, yhi, n_bad = _KN.layer_norm_bounds(block(vk), xb, *wb, *consts)
+            ylo, yhi, n_bad = _KN.layer_norm_bounds(vb, xb, *wb, *consts)
         if n_bad:            # an intermediate may overflow, or an input is not finite: the
             # decomposition models that
             return None
