@@ -9,7 +9,8 @@ they share are in :mod:`fpx.kernels.interval`.
   underflows);
 * ``layer_norm_bounds``: layer norm over a box or a ball, coupling the row's mean and
   variance, the result a box or a ball about the program's value;
-* ``ball_inside``: attention's test whether a hull can tighten a block of balls.
+* ``ball_inside``: attention's test whether a hull can tighten a block of balls;
+* ``masked_hull``: attention's hull of v's rows over each query's attended keys.
 """
 from __future__ import annotations
 
@@ -543,3 +544,30 @@ def ball_inside(v, r, lo, hi):
     lo3, hi3 = (np.reshape(np.broadcast_to(np.asarray(z, np.float64), lead + np.shape(z)[-2:]),
                            (-1,) + np.shape(z)[-2:]) for z in (lo, hi))
     return bool(_inside_loop(v3, r3, lo3, hi3))
+
+
+@numba.njit(cache=True)
+def _masked_hull_loop(t, vlo, vhi, mn, mx):
+    for g in range(t.shape[0]):
+        for i in range(t.shape[1]):
+            for j in range(t.shape[2]):
+                if t[g, i, j]:
+                    for e in range(vlo.shape[2]):
+                        mn[g, i, e] = min(mn[g, i, e], vlo[g, j, e])
+                        mx[g, i, e] = max(mx[g, i, e], vhi[g, j, e])
+
+
+def masked_hull(taken, vlo, vhi):
+    """(min, max) over the keys j that query i attends (``taken[..., i, j]``) of the rows
+    ``vlo[..., j, :]`` and ``vhi[..., j, :]`` (finite float64): (..., L, E) arrays, +inf and
+    -inf where a query attends no key; batch dimensions broadcast. One pass over the mask
+    (the NumPy form builds an (..., L, S, E) array)."""
+    lead = np.broadcast_shapes(np.shape(taken)[:-2], np.shape(vlo)[:-2])
+    L, S = np.shape(taken)[-2:]
+    E = np.shape(vlo)[-1]
+    t3 = np.broadcast_to(taken, lead + (L, S)).reshape(-1, L, S)
+    lo3, hi3 = (np.broadcast_to(z, lead + (S, E)).reshape(-1, S, E) for z in (vlo, vhi))
+    mn = np.full((t3.shape[0], L, E), np.inf)
+    mx = np.full((t3.shape[0], L, E), -np.inf)
+    _masked_hull_loop(t3, lo3, hi3, mn, mx)
+    return mn.reshape(lead + (L, E)), mx.reshape(lead + (L, E))

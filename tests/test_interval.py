@@ -2809,6 +2809,28 @@ def test_pair_gemm_bound_holds_on_both_engines():
     assert np.all(np.abs(got[0] - got[1]) <= 1e-5 * got[0])
 
 
+def test_masked_hull_is_the_hull_over_each_querys_keys():
+    """``masked_hull`` (attention's hull of v's rows, one compiled pass) is the min and max
+    over the keys each query attends -- random masks with empty rows (inf, -inf), a causal
+    mask, and batch dimensions that broadcast either way."""
+    rng = np.random.default_rng(6)
+    for tshape, vshape in (((2, 3, 5, 7), (2, 3, 7, 4)), ((1, 1, 5, 7), (2, 3, 7, 4)),
+                           ((2, 3, 5, 7), (1, 3, 7, 4)), ((6, 6), (6, 2))):
+        taken = rng.random(tshape) < 0.4
+        if len(tshape) == 2:
+            taken = np.tril(np.ones(tshape, bool))
+        taken[..., 0, :] = False                             # a query with no key
+        vlo = rng.standard_normal(vshape)
+        vhi = vlo + rng.random(vshape)
+        mn, mx = KN.masked_hull(taken, vlo, vhi)
+        t = taken[..., :, :, None]
+        want_mn = np.min(np.where(t, vlo[..., None, :, :], np.inf), axis=-2)
+        want_mx = np.max(np.where(t, vhi[..., None, :, :], -np.inf), axis=-2)
+        assert mn.shape == want_mn.shape
+        assert np.array_equal(mn, want_mn) and np.array_equal(mx, want_mx)
+        assert np.all(mn[..., 0, :] == np.inf) and np.all(mx[..., 0, :] == -np.inf)
+
+
 def test_ball_inside_is_numpys_elementwise_test():
     """``ball_inside`` (attention's hull test, one compiled pass) says what the elementwise
     NumPy test says -- per-block and per-row hulls, broadcast leading dims, NaN (never

@@ -250,13 +250,8 @@ def _v_hull(self, out, v, taken, slo):
         mx = np.max(vhi, axis=-2, keepdims=True)
     else:
         t = np.broadcast_to(taken, np.broadcast_shapes(taken.shape, slo.shape))
-        mn = np.full(np.shape(ov), np.inf)
-        mx = np.full(np.shape(ov), -np.inf)
-        step = max(1, int(2 ** 22 // max(1, n * vlo.shape[-1] * int(np.prod(t.shape[:-2])))))
-        for i in range(0, t.shape[-2], step):   # (..., rows, S, Ev) at most ~4M elements
-            ti = t[..., i:i + step, :, None]
-            mn[..., i:i + step, :] = np.min(np.where(ti, vlo[..., None, :, :], np.inf), axis=-2)
-            mx[..., i:i + step, :] = np.max(np.where(ti, vhi[..., None, :, :], -np.inf), axis=-2)
+        mn, mx = _KN.masked_hull(t, vlo, vhi)
+        mn, mx = (np.broadcast_to(z, np.shape(ov)) for z in (mn, mx))
     with np.errstate(invalid="ignore"):
         g, c = _weight_sum_error(self, dt, n)
         m = np.maximum(np.abs(mn), np.abs(mx))
