@@ -15,6 +15,8 @@ matmul in float32) is rounded back to the operands' dtype, as a framework does.
 ``rsqrt(x)``                        1 / sqrt(x)
 ``silu(x)``                         x * sigmoid(x)
 ``gelu(x, approximate)``            0.5 x (1 + erf(x/sqrt2)); or 0.5 x (1 + tanh(c (x + k x^3)))
+``hardsigmoid(x)``                  min(max(x + 3, 0), 6) / 6
+``hardswish(x)``                    x * min(max(x + 3, 0), 6) / 6
 ``softmax(x, axis)``                e / sum(e) with e = exp(x - max(x))
 ``log_softmax(x, axis)``            (x - max) - log(sum(exp(x - max)))
 ``layer_norm``                      (x - mean) / sqrt(var + eps) * weight + bias (biased variance)
@@ -52,8 +54,8 @@ from fpx.kernels import blas as _kblas
 from fpx.kernels import conv as _kconv
 
 __all__ = [
-    "relu", "sigmoid", "rsqrt", "silu", "gelu", "softmax", "log_softmax", "layer_norm",
-    "rms_norm",
+    "relu", "sigmoid", "rsqrt", "silu", "gelu", "hardsigmoid", "hardswish", "softmax",
+    "log_softmax", "layer_norm", "rms_norm",
     "batch_norm", "group_norm", "instance_norm", "norm_stats",
     "conv", "conv_transpose", "conv1d", "conv2d", "max_pool", "max_pool1d", "max_pool2d", "avg_pool",
     "avg_pool1d", "avg_pool2d", "adaptive_avg_pool", "upsample_nearest",
@@ -210,6 +212,38 @@ def gelu(x, approximate="none"):
     if approximate not in ("none", "tanh"):
         raise ValueError(f"fpx.nn.gelu: approximate must be 'none' or 'tanh', got {approximate!r}")
     return _gelu.bind(x, approximate=approximate)
+
+
+def _relu6_of_x_plus_3(x):
+    """min(max(x + 3, 0), 6): NaN propagates (torch's CPU kernels use max/min that do)."""
+    return fnp.minimum(fnp.maximum(fnp.add(x, _c(3, x)), _c(0, x)), _c(6, x))
+
+
+def _hardsigmoid_decomp(x):
+    """hardsigmoid(x) = min(max(x + 3, 0), 6) / 6."""
+    return fnp.divide(_relu6_of_x_plus_3(x), _c(6, x))
+
+
+_hardsigmoid = Composite("hardsigmoid", _hardsigmoid_decomp, kind="elementwise")
+
+
+def hardsigmoid(x):
+    """min(max(x + 3, 0), 6) / 6, elementwise (NaN stays NaN), as torch's CPU kernel."""
+    return _hardsigmoid.bind(x)
+
+
+def _hardswish_decomp(x):
+    """hardswish(x) = x * min(max(x + 3, 0), 6) / 6, the product first (torch's CPU kernel)."""
+    return fnp.divide(fnp.multiply(x, _relu6_of_x_plus_3(x)), _c(6, x))
+
+
+_hardswish = Composite("hardswish", _hardswish_decomp, kind="elementwise")
+
+
+def hardswish(x):
+    """x * min(max(x + 3, 0), 6) / 6, elementwise: 0 (-0) at x <= -3, about x at x >= 3,
+    NaN at -inf (-inf * 0) and at NaN, as torch's CPU kernel."""
+    return _hardswish.bind(x)
 
 
 # --------------------------------------------------------------------------------------------

@@ -1,7 +1,8 @@
 """fpx.interval on wide input boxes (a deep network's later layers, issue 28): the bounds of
-clamps of a value-centred ball (ReLU6, hardsigmoid, hardswish) and of layer norm with a small
-eps hold every execution at many points of the box -- float32 NumPy runs of the same program
-and torch's own modules -- and the exact values at those points."""
+clamps of a value-centred ball (ReLU6, hardsigmoid, hardswish), of the self-gated activations
+(silu, gelu, hardswish: bounded piece by piece) and of layer norm with a small eps hold every
+execution at many points of the box -- float32 NumPy runs of the same program and torch's own
+modules and CPU kernels in every float dtype -- and the exact values at those points."""
 from __future__ import annotations
 
 import numpy as np
@@ -142,7 +143,9 @@ def _gated_runs(p, kind):
     from scipy import special
     f = np.float32
     with np.errstate(all="ignore"):
-        if kind == "silu":
+        if kind == "hardswish":
+            yield p * np.minimum(np.maximum(p + f(3), f(0)), f(6)) / f(6)
+        elif kind == "silu":
             yield p * (f(1) / (f(1) + np.exp(-p)))
         elif kind == "gelu":
             yield p * f(0.5) * (f(1) + special.erf(p * f(0.7071067811865476)))
@@ -155,7 +158,7 @@ def _gated_runs(p, kind):
         return
     t = torch.from_numpy(np.ascontiguousarray(p))
     F = torch.nn.functional
-    yield (F.silu(t) if kind == "silu" else
+    yield (F.silu(t) if kind == "silu" else F.hardswish(t) if kind == "hardswish" else
            F.gelu(t, approximate="none" if kind == "gelu" else "tanh")).numpy()
 
 
@@ -164,7 +167,9 @@ def _gated_exact(p, kind):
     out = []
     for t in p.ravel().astype(np.float64):
         x = mpmath.mpf(float(t))
-        if kind == "silu":
+        if kind == "hardswish":
+            y = x * min(max(x + 3, 0), 6) / 6
+        elif kind == "silu":
             y = x / (1 + mpmath.exp(-x))
         elif kind == "gelu":
             y = x / 2 * (1 + mpmath.erf(x / mpmath.sqrt(2)))
@@ -174,21 +179,28 @@ def _gated_exact(p, kind):
     return np.array(out).reshape(p.shape)
 
 
-@pytest.mark.parametrize("kind", ["silu", "gelu", "gelu_tanh"])
-def test_silu_and_gelu_of_wide_boxes_are_bounded_piecewise_and_hold_every_execution(kind):
+#: the least value of each function, and the floor its piecewise bound keeps over a wide box
+#: (hardswish's pieces on [-3, 0] pair a with g(b): >= -5/12)
+FLOORS = {"silu": (-0.279, -0.558), "gelu": (-0.170, -0.340), "gelu_tanh": (-0.170, -0.340),
+          "hardswish": (-0.375, -5 / 12 * (1 + 2.0 ** -20))}
+
+
+@pytest.mark.parametrize("kind", ["silu", "gelu", "gelu_tanh", "hardswish"])
+def test_self_gated_activations_of_wide_boxes_are_bounded_piecewise_and_hold_every_execution(
+        kind):
     rng = np.random.default_rng(11)
     v = np.concatenate([rng.standard_normal(40) * 4, [0.5, -1.0, -20.0, 3.0, -0.7, 80.0]]
                        ).astype(np.float32)
     r = np.concatenate([rng.random(40) * 30, [30.0, 2.0, 5.0, 1e-3, 0.05, 100.0]])
     x = fpx.Interval(v - r, v + r, value=v)
-    f = {"silu": fnn.silu, "gelu": fnn.gelu,
+    f = {"silu": fnn.silu, "gelu": fnn.gelu, "hardswish": fnn.hardswish,
          "gelu_tanh": lambda t: fnn.gelu(t, approximate="tanh")}[kind]
     out = fpx.interval(f)(x)
-    # every value of silu (gelu) is >= -0.279 (-0.170): the pieces keep the lower bound near
-    # it where the decomposition over the whole box gave about lo/2 (silu: lo·σ(hi))
-    floor = -0.279 if kind == "silu" else -0.170
+    # every value of silu (gelu, hardswish) is >= -0.279 (-0.170, -0.375): the pieces keep
+    # the lower bound near it where the decomposition over the whole box gave about lo/2
+    # (silu: lo·σ(hi); hardswish: lo)
     wide = (x.lo < -0.5) & (x.hi - x.lo >= 2.0 ** -4)
-    assert np.all(out.lo[wide] >= 2 * floor)
+    assert np.all(out.lo[wide] >= FLOORS[kind][1])
     assert np.all(out.hi <= np.maximum(x.hi, 0) * (1 + 1e-5) + 1e-6)
     for p in _points(x.lo, x.hi, v, rng, k=24):
         for y in _gated_runs(p, kind):
@@ -228,3 +240,123 @@ def test_a_torch_silu_reaches_the_piecewise_rule():
         for p in _points(x.lo, x.hi, v.numpy(), np.random.default_rng(2)):
             y = torch.nn.functional.silu(torch.from_numpy(p)).double().numpy()
             assert ((np.asarray(out.lo) <= y) & (y <= np.asarray(out.hi))).all()
+
+
+def test_hardswish_and_hardsigmoid_of_a_30_wide_box_are_near_their_images():
+    # hardswish's image of [-30, 30] is [-0.375, 30]; its decomposition as one product of
+    # intervals of x gave [-30, 30]. hardsigmoid is monotone: its image of [lo, hi] is
+    # [g(lo), g(hi)], and the bound is that up to the program's roundings
+    v = np.array([0.0, 1.0, -1.5, 10.0, -2.0], np.float32)
+    r = np.array([30.0, 2.0, 1.5, 5.0, 0.5])
+    x = fpx.Interval(v - r, v + r, value=v)
+    hs = fpx.interval(fnn.hardswish)(x)
+    whole = fpx.interval(lambda t: fnp.divide(fnp.multiply(
+        t, fnp.minimum(fnp.maximum(fnp.add(t, np.float32(3)), np.float32(0)), np.float32(6))),
+        np.float32(6)))(x)
+    assert whole.lo[0] <= -30 + 1e-3                       # the dependency problem
+    h = lambda t: t * np.clip(t + 3, 0, 6) / 6             # float64: exact enough here
+    exact_lo = np.where((x.lo <= -1.5) & (x.hi >= -1.5), -0.375,
+                        np.minimum(h(x.lo), h(x.hi)))
+    exact_hi = np.maximum(h(x.lo), h(x.hi))
+    assert np.all(hs.lo <= exact_lo) and np.all(hs.hi >= exact_hi)
+    # the pieces on [-3, 0] pair each end with the gate's other end (-5/12, not -3/8), on
+    # [0, inf) both factors are >= 0 and increasing: the upper end is exact there
+    assert np.all(hs.lo >= -5 / 12 - 1e-6)
+    up = x.hi >= 0
+    assert np.all(hs.hi[up] <= exact_hi[up] * (1 + 2.0 ** -21))
+    assert hs.lo[0] >= -0.42 and abs(hs.hi[0] - 30) <= 1e-5
+    g = lambda t: np.clip(t + 3, 0, 6) / 6
+    hsig = fpx.interval(fnn.hardsigmoid)(x)
+    assert np.all(hsig.lo <= g(x.lo)) and np.all(hsig.hi >= g(x.hi))
+    assert np.all(np.abs(hsig.lo - g(x.lo)) <= 2.0 ** -22)
+    assert np.all(np.abs(hsig.hi - g(x.hi)) <= 2.0 ** -22)
+
+
+def _hard_inputs(torch, dtype):
+    """Wide random values, ties at ±3 and their neighbours, -1.5, ±0, ±inf, NaN, subnormals
+    of each format, and values whose x·6 overflows float32 (or float16)."""
+    g = torch.Generator().manual_seed(4)
+    x = torch.randn(64, 33, generator=g, dtype=torch.float64) * 8
+    x[1] *= 1e3
+    x[2] = torch.randn(33, generator=g, dtype=torch.float64) * 0.05 - 3
+    x[3] = torch.randn(33, generator=g, dtype=torch.float64) * 0.05 + 3
+    x = x.to(dtype)
+    fi = torch.finfo(dtype)
+    edges = [-3.0, 3.0, -1.5, 0.0, -0.0, float("inf"), -float("inf"), float("nan"),
+             fi.tiny / 4, -fi.tiny / 4, fi.tiny, fi.max, -fi.max, fi.max / 5, fi.max / 7,
+             float(torch.finfo(torch.float32).max) / 5]
+    e = torch.tensor(edges, dtype=torch.float64).to(dtype)
+    for c in (-3.0, 3.0):
+        t = torch.tensor(c, dtype=dtype)
+        e = torch.cat([e, torch.stack([torch.nextafter(t, t + 1), torch.nextafter(t, t - 1)])])
+    x[4, :e.numel()] = e
+    return x
+
+
+@pytest.mark.parametrize("name", ["hardswish", "hardsigmoid"])
+def test_torch_hardswish_and_hardsigmoid_cpu_outputs_lie_in_the_bound_for_every_dtype(name):
+    # torch's CPU kernels: x * min(max(x + 3, 0), 6) / 6 (product first) and
+    # min(max(x + 3, 0), 6) / 6, float16/bfloat16 through float32; -inf gives NaN (-inf * 0)
+    torch = pytest.importorskip("torch")
+    f = getattr(torch.nn.functional, name)
+    for dtype in (torch.float32, torch.float64, torch.float16, torch.bfloat16):
+        x = _hard_inputs(torch, dtype)
+        y = f(x)
+        iv = fpx.interval(f)(x)
+        val, yd = iv.value.double().numpy(), y.double().numpy()
+        nan = np.isnan(yd)
+        assert np.array_equal(np.isnan(val), nan), (name, dtype)
+        with np.errstate(invalid="ignore"):                       # no finite claim there
+            assert np.all(~np.isfinite(iv.hi - iv.lo)[nan]), (name, dtype)
+        assert (iv.contains(yd) | nan).all(), (name, dtype)
+        assert torch.equal(iv.value[~torch.from_numpy(nan)], y[~torch.from_numpy(nan)])
+        # a box about every element: torch at points of it
+        v = x.double().numpy()
+        ok = np.isfinite(v) & (np.abs(v) < 1e4)
+        v = np.where(ok, v, 0.0)
+        box = fpx.Interval(v - 2.0, v + 2.0, value=torch.from_numpy(v).to(dtype))
+        ib = fpx.interval(f)(box)
+        for p in _points(box.lo, box.hi, v.astype(np.float32), np.random.default_rng(1), k=8):
+            t = torch.from_numpy(p).to(dtype)                     # (rounded: maybe out)
+            pin = (t.double().numpy() >= box.lo) & (t.double().numpy() <= box.hi)
+            assert (ib.contains(f(t).double().numpy()) | ~pin).all(), (name, dtype)
+
+
+def test_torch_linear_then_hardswish_of_a_wide_box_keeps_hardswishs_floor():
+    # aten.hardswish kept whole by the export reaches the piecewise rule: the product of the
+    # decomposition would give the linear layer's own lower end (about -30 here)
+    torch = pytest.importorskip("torch")
+    torch.manual_seed(0)
+    m = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.Hardswish()).eval()
+    x = np.random.default_rng(3).standard_normal((4, 8)).astype(np.float32)
+    r = 10.0
+    xin = fpx.Interval(x.astype(np.float64) - r, x.astype(np.float64) + r,
+                       value=torch.from_numpy(x))
+    out = fpx.interval(m)(xin)
+    z = fpx.interval(m[0])(xin)
+    assert np.asarray(z.lo).min() < -10
+    assert np.asarray(out.lo).min() >= -5 / 12 - 1e-6
+    assert np.all(np.asarray(out.hi) <= np.maximum(np.asarray(z.hi), 0) * (1 + 1e-5) + 1e-6)
+    with torch.no_grad():
+        for p in _points(xin.lo, xin.hi, x, np.random.default_rng(2)):
+            y = m(torch.from_numpy(p)).double().numpy()
+            assert out.contains(y).all()
+
+
+def test_in_place_hardswish_under_the_dispatch_fallback_reaches_the_composite():
+    # torch.export rejects the branch on a value: the module runs eagerly under the dispatch
+    # mode, where aten.hardswish_ / hardsigmoid_ take the out-of-place ops' handlers
+    torch = pytest.importorskip("torch")
+    F = torch.nn.functional
+
+    def f(x):
+        y = F.hardswish(x * 2, inplace=True)
+        return F.hardsigmoid(y, inplace=True) if y.sum() > 0 else y
+
+    x = torch.randn(5, 7, generator=torch.Generator().manual_seed(1))
+    from fpx.interop.torch import program_for
+    assert program_for(f, (x,)).mode == "dispatch"
+    rec = fpx.trace(f)(x)
+    assert "hardswish" in rec.primitives and "hardsigmoid" in rec.primitives
+    iv = fpx.interval(f)(x)
+    assert iv.contains(f(x.clone()).double().numpy()).all()

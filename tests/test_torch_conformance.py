@@ -80,6 +80,18 @@ def negative_axis(n):
     return make
 
 
+def hard_edges(n):
+    """Arguments of hardswish/hardsigmoid: wide random, the ties ±3 and -1.5, ±0, +inf, large
+    and subnormal values (-inf, whose hardswish is NaN, and NaN: tests/test_interval_wide.py)."""
+    def make():
+        x = gen((64, n), n, 6.0)
+        e = torch.tensor([-3.0, 3.0, -1.5, 0.0, -0.0, float("inf"), 6e4, -6e4, 2.0 ** -20,
+                          -(2.0 ** -130)])
+        x[0, :min(n, e.numel())] = e[:n]
+        return [x]
+    return make
+
+
 def image(n, scale=3.0):
     return lambda: [gen((2, 4, 8, n), n, scale)]
 
@@ -113,8 +125,8 @@ BN_PATHS = ("the model takes the strided kernel's roundings of alpha, beta and x
 # name: (torch function, input maker of n, True or why fpx.stochastic's spread need not hold
 # torch's output)
 ELEMENTWISE = {"add", "mul", "div", "sqrt", "rsqrt", "exp", "log", "tanh", "sin", "sigmoid",
-               "silu", "softplus", "elu", "pow_scalar", "erf", "gelu", "gelu_tanh",
-               "lgamma", "trigamma", "polygamma3", "digamma", "polygamma2"}
+               "silu", "hardswish", "hardsigmoid", "softplus", "elu", "pow_scalar", "erf",
+               "gelu", "gelu_tanh", "lgamma", "trigamma", "polygamma3", "digamma", "polygamma2"}
 CASES = {
     # elementwise (opmath: computed in float32, rounded once)
     "add": (torch.add, two, True),
@@ -129,6 +141,8 @@ CASES = {
     "sin": (torch.sin, rows, True),
     "sigmoid": (torch.sigmoid, rows, True),
     "silu": (F.silu, rows, True),
+    "hardswish": (F.hardswish, hard_edges, True),
+    "hardsigmoid": (F.hardsigmoid, hard_edges, True),
     "softplus": (F.softplus, rows, True),
     "elu": (F.elu, rows, True),
     "pow_scalar": (lambda x: torch.pow(x, 1.5), positive, True),

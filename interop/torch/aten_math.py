@@ -104,6 +104,8 @@ def _polygamma(ctx, n, x):
 
 _op("aten.log10")(elementwise(lambda x: fnp.multiply(fnp.log(x), cast(1 / math.log(10), dtype_of(x)))))
 _op("aten.silu")(elementwise(fnn.silu))
+_op("aten.hardswish")(elementwise(fnn.hardswish))
+_op("aten.hardsigmoid")(elementwise(fnn.hardsigmoid))
 _op("aten.maximum")(elementwise(fnp.maximum))
 _op("aten.minimum")(elementwise(fnp.minimum))
 _op("aten.remainder")(elementwise(fnp.remainder))

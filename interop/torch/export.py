@@ -19,7 +19,8 @@ from fpx.interop.torch.table import (Ctx, UnmappedOpError, conform, getitem, is_
                                      layout_of, lookup, meta_of)
 
 _KEEP = ("aten.linear.default", "aten.scaled_dot_product_attention.default",
-         "aten.logsumexp.default", "aten.silu.default")
+         "aten.logsumexp.default", "aten.silu.default", "aten.hardswish.default",
+         "aten.hardsigmoid.default")
 
 
 # torch.export is not thread-safe (its fake mode, and a non-strict export swaps the module's

@@ -1,7 +1,8 @@
 """Interval rules of the special functions that are not chains of primitives: ``lgamma``
 (the C library's), the Hurwitz ``zeta`` of polygamma and digamma's reflection term
 ``pi_over_tan_pi``, bounded on their monotone pieces; and of the self-gated activations
-``silu`` and ``gelu``, whose decomposition is bounded piece by piece on a wide box."""
+``silu``, ``gelu`` and ``hardswish``, whose decomposition is bounded piece by piece on a wide
+box."""
 from __future__ import annotations
 
 import math
@@ -215,24 +216,31 @@ def _pi_over_tan_pi(self, prim, r):
     return self.new(v, glo, ghi, u)
 
 
-#: where silu's and gelu's decomposition x·g(x) is bounded piece by piece (exact in every
+#: where the decomposition x·g(x) of silu and gelu is bounded piece by piece (exact in every
 #: float format): on [0, inf) both factors are >= 0 and increasing, below 0 the pieces halve
 #: the pairing of x's lower end with g's largest value
-_GATE_CUTS = (-np.inf, -64.0, -32.0, -16.0, -8.0, -4.0, -2.0, -1.0, -0.5, 0.0, np.inf)
+_SMOOTH_CUTS = (-np.inf, -64.0, -32.0, -16.0, -8.0, -4.0, -2.0, -1.0, -0.5, 0.0, np.inf)
+#: hardswish's: below -3 the gate is exactly 0 and above 3 exactly 6 (the pieces give 0 and
+#: x up to the product's and quotient's roundings); on [-3, 0], where x <= 0 <= g, a piece
+#: [a, b] pairs a with g(b): x·g/6 >= a·(b + 3)/6 >= -0.417 on each (the least value is -0.375)
+_HARD_CUTS = (-np.inf, -3.0, -2.5, -2.0, -1.75, -1.625, -1.5, -1.375, -1.25, -1.0, -0.5, 0.0,
+              3.0, np.inf)
+_GATE_CUTS = {"silu": _SMOOTH_CUTS, "gelu": _SMOOTH_CUTS, "hardswish": _HARD_CUTS}
 #: elements whose box is at least this wide and reaches below -0.5 are cut
 _GATE_WIDE = 2.0 ** -4
 
 
-@rule("silu", "gelu")
+@rule("silu", "gelu", "hardswish")
 def _self_gated(self, prim, x, **params):
-    """silu(x) = x·σ(x) and gelu(x) = x·Φ(x) (either form) as their decomposition -- the
-    program's own operations and roundings -- but over a wide box reaching below 0 the
-    decomposition's product of two intervals of one variable pairs x's lower end with the
-    gate's largest value: x in [-30, 30] gave silu in [-30, 30], where every value is in
-    [-0.28, 30]. There the box is cut at ``_GATE_CUTS``, the decomposition bounds each piece
-    (a box holding every execution whose input lies in it, about a program value inside it),
-    and the hull of the pieces -- which covers the whole box -- is intersected with the
-    whole box's bound. Narrow boxes (the usual round-off) take the decomposition alone."""
+    """silu(x) = x·σ(x), gelu(x) = x·Φ(x) (either form) and hardswish(x) = x·relu6(x + 3)/6
+    as their decomposition -- the program's own operations and roundings -- but over a wide
+    box reaching below 0 the decomposition's product of two intervals of one variable pairs
+    x's lower end with the gate's largest value: x in [-30, 30] gave silu in [-30, 30], where
+    every value is in [-0.28, 30] (hardswish: [-0.375, 30]). There the box is cut at
+    ``_GATE_CUTS``, the decomposition bounds each piece (a box holding every execution whose
+    input lies in it, about a program value inside it), and the hull of the pieces -- which
+    covers the whole box -- is intersected with the whole box's bound. Narrow boxes (the
+    usual round-off) take the decomposition alone."""
     y = prim.decomposition(x, **params)
     if not (self._own(x) and self._own(y)):
         return y
@@ -246,7 +254,8 @@ def _self_gated(self, prim, x, **params):
     v, lo, hi = xv.ravel()[idx], lo.ravel()[idx], hi.ravel()[idx]
     v64 = v.astype(np.float64)
     plo, phi = np.full(idx.size, np.inf), np.full(idx.size, -np.inf)
-    for a, b in zip(_GATE_CUTS[:-1], _GATE_CUTS[1:]):
+    cuts = _GATE_CUTS[prim.name]
+    for a, b in zip(cuts[:-1], cuts[1:]):
         slo, shi = np.maximum(lo, a), np.minimum(hi, b)
         hit = slo <= shi
         if not hit.any():
