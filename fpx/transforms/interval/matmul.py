@@ -319,10 +319,10 @@ def _contract(self, op, v, a, b):
         if not own:
             got = _value_centred(self, op, v, va, ra, vb, rb, b_pt, sp, c, small, absterm,
                                  F_out, F_acc)
-            if got is None or (self.matmul == "midrad" and got[3]):     # narrow: own centre
+            if got is None:              # a factor not finite, or narrow: own centre
                 own = True
             else:
-                center, rad, cb, _, coef = got
+                center, rad, cb, coef = got
         if own:
             center, rad, cb, coef = _own_centre(op, va, ra, vb, rb, a_pt, b_pt, sp,
                                                 small and finite, absterm,
@@ -365,14 +365,17 @@ def _factors(v, r, c2, small, right=False):
 
 
 def _value_centred(self, op, v, va, ra, vb, rb, b_pt, sp, c, small, absterm, F_out, F_acc):
-    """Strategy 2: (centre, (R, f, a), cb, narrow, coef), or None where a factor is not
-    finite; ``R·f + a >= coef·Â @ B̂`` (the overflow screen's measure). ``narrow``: the
-    operands' radii are under ~4c of their magnitudes, where the own centre's is tighter."""
+    """Strategy 2: (centre, (R, f, a), cb, coef), or None where a factor is not finite or,
+    under ``matmul="midrad"``, where the operands are narrow (radii under ~4c of their
+    magnitudes: the own centre's bound is tighter there); ``R·f + a >= coef·Â @ B̂`` (the
+    overflow screen's measure)."""
     L, _, sa = _factors(va, ra, 2 * sp.alpha, small)
     Bh, rb_f, sb = _right(vb, rb, b_pt, small)
     if not (sa[2] < math.inf and sb[2] < math.inf):
         return None
     rho = sa[0] / max(sa[1], 1e-300) + sb[0] / max(sb[1], 1e-300)
+    if self.matmul == "midrad" and rho < 4 * c:
+        return None
     if b_pt:
         rad = op.upper(L, Bh, small, 1.0, 2 * sp.alpha, bf16=True)
     else:
@@ -380,7 +383,7 @@ def _value_centred(self, op, v, va, ra, vb, rb, b_pt, sp, c, small, absterm, F_o
     rad = (rad[0], rad[1], rad[2] + absterm)
     center = _centre_of(v)
     rad = _out_rounding(self, sp.scaled(rad), center, F_out, F_acc)
-    return center, rad, sp.cb, rho < 4 * c, 2 * sp.alpha
+    return center, rad, sp.cb, 2 * sp.alpha
 
 
 def _own_centre(op, va, ra, vb, rb, a_pt, b_pt, sp, small, absterm, parts):
