@@ -435,6 +435,40 @@ def mul_bounds(alo, ahi, blo, bhi, rel, absl, top):
 
 
 @numba.njit(cache=True, error_model="numpy")
+def _div_loop(alo, ahi, blo, bhi, rel, absl, top, lo, hi):
+    n_zero = 0
+    for i in range(lo.shape[0]):
+        for j in range(lo.shape[1]):
+            al, ah = np.float64(_at(alo, i, j)), np.float64(_at(ahi, i, j))
+            bl, bh = np.float64(_at(blo, i, j)), np.float64(_at(bhi, i, j))
+            c1, c2, c3, c4 = al / bl, al / bh, ah / bl, ah / bh
+            nan = (c1 != c1) | (c2 != c2) | (c3 != c3) | (c4 != c4)
+            l = math.nan if nan else min(min(c1, c2), min(c3, c4))
+            h = math.nan if nan else max(max(c1, c2), max(c3, c4))
+            nonneg = ((al >= 0) & (bl > 0)) | ((ah <= 0) & (bh < 0))
+            nonpos = ((al >= 0) & (bh < 0)) | ((ah <= 0) & (bl > 0))
+            l, h = _signed(_lower(l, rel, absl, top), _upper(h, rel, absl, top), nonneg,
+                           nonpos)
+            zero = (bl <= 0) & (bh >= 0)
+            n_zero += zero
+            lo[i, j] = -math.inf if zero else l
+            hi[i, j] = math.inf if zero else h
+    return n_zero
+
+
+def div_bounds(alo, ahi, blo, bhi, rel, absl, top):
+    """(lo, hi, n): the interval quotient (min/max of the four corner quotients, NaN where
+    one is NaN) widened by scalar ``rel``/``absl`` (which must cover the float64 division's
+    rounding too), overflow past ``top`` to ±inf, the exact quotient's sign kept
+    (``_signed``), and [-inf, inf] where the divisor's interval holds 0 (``n`` of them);
+    one pass."""
+    (alo, ahi, blo, bhi), (lo, hi), shape, (rlo, rhi) = _flat(
+        (alo, ahi, blo, bhi), (np.float64, np.float64))
+    n = _div_loop(alo, ahi, blo, bhi, float(rel), float(absl), float(top), lo, hi)
+    return _result(rlo, shape), _result(rhi, shape), int(n)
+
+
+@numba.njit(cache=True, error_model="numpy")
 def _affine_loop(xlo, xhi, slo, shi, tlo, thi, r1, a1, r2, a2, top, floor, lo, hi):
     # the product and sum from the mul and add loops' inline helpers (the same code)
     for i in range(lo.shape[0]):

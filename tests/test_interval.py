@@ -1208,6 +1208,44 @@ def test_division_by_interval_containing_zero():
     assert any(e.kind == "division-by-zero-interval" for e in interp.events)
 
 
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_fused_division_bounds_are_the_numpy_paths(dtype, monkeypatch):
+    """The division rule's one-pass kernel (``div_bounds``) gives the bounds, bit for bit, and
+    the divisor-holds-0 count of its NumPy path (corners, rounding, sign, ±inf): boxes and
+    points over zeros of both signs, subnormals, huge values, infinities and NaN."""
+    rng = np.random.default_rng(7)
+    edge = np.array([0.0, -0.0, 1.0, -1.0, 3.0, 1e-310, -1e-310, 1e-40, 1e30, -1e30, np.inf,
+                     -np.inf, np.nan, 2.5e-8, 7.0, -3.0]).astype(dtype)
+    n = 4000
+
+    def operand():
+        v = np.where(rng.random(n) < 0.4, rng.choice(edge, n),
+                     (rng.standard_normal(n) * 10.0 ** rng.integers(-6, 6, n)).astype(dtype))
+        with np.errstate(all="ignore"):
+            r = np.where(rng.random(n) < 0.3, 0.0, np.abs(v.astype(np.float64)) *
+                         10.0 ** rng.integers(-8, 1, n))
+            lo, hi = v - r, v + r
+        lo, hi = np.where(np.isnan(lo), v, lo), np.where(np.isnan(hi), v, hi)
+        return Interval(lo, hi, v)
+
+    a, b = operand(), operand()
+    f = lambda x, y: fnp.divide(x, y)      # noqa: E731
+    with np.errstate(all="ignore"):
+        i1, fused = run_interval(f, (a, b), {})
+        plain = IntervalInterpreter.fused_terms
+        monkeypatch.setattr(IntervalInterpreter, "fused_terms", lambda self, name, F, steps=1:
+                            None if name == "div" else plain(self, name, F, steps))
+        i2, numpy_path = run_interval(f, (a, b), {})
+    assert np.array_equal(fused.lo, numpy_path.lo, equal_nan=True)
+    assert np.array_equal(fused.hi, numpy_path.hi, equal_nan=True)
+    for x, y in ((fused.lo, numpy_path.lo), (fused.hi, numpy_path.hi)):   # zeros' signs too
+        num = ~np.isnan(x)
+        assert np.array_equal(np.signbit(x[num]), np.signbit(y[num]))
+    count = lambda i: sum(e.count for e in i.events if e.kind == "division-by-zero-interval")  # noqa: E731,E501
+    assert count(i1) == count(i2) > 0
+    assert np.isnan(fused.lo).any() and np.isinf(fused.hi).any()
+
+
 def _max_error_sum_terms():
     """K = 8192 float32 terms whose sequential sum errs by ~(K-2)/2 with partial sums near
     2^23 and an exact total near 0: +2^23, 4095 x (0.5 + 2^-24) (each addition rounds up by

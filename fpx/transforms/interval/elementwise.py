@@ -97,6 +97,13 @@ def _mul(self, prim, a, b):
 @rule("div")
 def _div(self, prim, a, b):
     v, (alo, ahi), (blo, bhi), un, pt = self.binary(prim, a, b)
+    terms = self.fused_terms("div", self.fmt(value_dtype(v)))
+    if terms is not None and _on_host(alo, ahi, blo, bhi) and np.ndim(terms[0]) == 0 \
+            and np.ndim(terms[1]) == 0:
+        # the steps below in one pass: corners, the roundings, the sign, a divisor holding 0
+        lo, hi, n = _K.div_bounds(alo, ahi, blo, bhi, *terms)
+        _divisor_zero(self, n)
+        return self.new(v, lo, hi, un)
     zero = (blo <= 0) & (bhi >= 0)
     with np.errstate(invalid="ignore", over="ignore", divide="ignore"):
         lo, hi = corners(np.divide, alo, ahi, blo, bhi)
@@ -111,12 +118,17 @@ def _div(self, prim, a, b):
             lo = np.where(nonneg & (lo < 0) & (lo > -np.inf), 0.0, lo)
             hi = np.where(nonpos & (hi > 0) & (hi < np.inf), 0.0, hi)
     if np.any(zero):
-        n = int(np.count_nonzero(np.broadcast_to(zero, np.shape(lo))))
-        self.note("division-by-zero-interval", "a divisor interval contains 0: those elements "
-                  "are unbounded", n)
+        _divisor_zero(self, int(np.count_nonzero(np.broadcast_to(zero, np.shape(lo)))))
         lo = np.where(zero, -np.inf, lo)
         hi = np.where(zero, np.inf, hi)
     return self.new(v, lo, hi, un)
+
+
+def _divisor_zero(self, n):
+    """Note the ``n`` quotients whose divisor interval holds 0 (unbounded)."""
+    if n:
+        self.note("division-by-zero-interval", "a divisor interval contains 0: those "
+                  "elements are unbounded", n)
 
 
 @rule("fma")
