@@ -7,7 +7,9 @@ A-ABFT, rigorous), false-positive rate on clean trials, and detection rate per b
   (the target), float64 and bfloat16 (against the same emulated GEMM unprotected), n = 1024
   and 2048, timed interleaved in the same process: ratios of the medians of the rounds, and
   (``_min``) of the fastest rounds -- on a loaded machine the least disturbed -- with the load
-  average next to each.
+  average next to each. ``floor_share``: a row check with no threshold statistics (one
+  checksum pass over B, A and C each), over the plain GEMM -- what any verification after a
+  BLAS call pays on this machine to read the three matrices once.
 * e_max: what V-ABFT's threshold needed (the largest |E| / T at e_max = 1, ``calibrate(...,
   relative_to="v-abft")``) over six input distributions, on NumPy's BLAS, torch's (MKL) and a
   strictly sequential dot product (``fpx.reproducible``), against the CPU default: the
@@ -64,7 +66,7 @@ def overhead(n, rounds, dtype="float32"):
     loaded machine's +-20% swings in the GEMM's own time do not drown. ``load``: the 1-minute
     load average at the end."""
     from fpx import formats
-    from fpx.transforms.abft import check, thresholds
+    from fpx.transforms.abft import check, sums, thresholds
     rng = np.random.default_rng(0)
     A = rng.standard_normal((n, n)).astype(BF16 if dtype == "bfloat16" else dtype)
     B = rng.standard_normal((n, n)).astype(A.dtype)
@@ -80,10 +82,15 @@ def overhead(n, rounds, dtype="float32"):
         check.check(A3, B3, C3, tfun=thresholds.vabft, info=info, checksums="auto",
                     correct=True, out=None, pre=pre)
 
+    def floor():
+        sums.output_sums(sums.input_sums(A3, B3), C3)
+
     plain = _plain_gemm(dtype)
-    runs = {"plain": lambda: plain(A, B), "verify": verify_only, "v-abft": abft(mm),
+    runs = {"plain": lambda: plain(A, B), "verify": verify_only, "floor": floor,
+            "v-abft": abft(mm),
             "rigorous": abft(mm, threshold="rigorous"), "both": abft(mm, checksums="both")}
-    call = {k: (f if k in ("plain", "verify") else (lambda f=f: f(A, B))) for k, f in runs.items()}
+    alone = ("plain", "verify", "floor")
+    call = {k: (f if k in alone else (lambda f=f: f(A, B))) for k, f in runs.items()}
     ts = {k: [] for k in runs}
     for k in runs:
         call[k]()
@@ -93,8 +100,9 @@ def overhead(n, rounds, dtype="float32"):
             call[k]()
             ts[k].append(time.perf_counter() - t0)
     base, best = float(np.median(ts["plain"])), float(np.min(ts["plain"]))
-    out = {k: float(np.median(v)) / base for k, v in ts.items() if k not in ("plain", "verify")}
+    out = {k: float(np.median(v)) / base for k, v in ts.items() if k not in alone}
     out["verify_share"] = float(np.median(ts["verify"])) / base
+    out["floor_share"] = float(np.median(ts["floor"])) / base
     out.update({k + "_min": float(np.min(v)) / best for k, v in ts.items() if k != "plain"})
     out["load"] = os.getloadavg()[0]
     return base, out
