@@ -360,3 +360,53 @@ def test_in_place_hardswish_under_the_dispatch_fallback_reaches_the_composite():
     assert "hardswish" in rec.primitives and "hardsigmoid" in rec.primitives
     iv = fpx.interval(f)(x)
     assert iv.contains(f(x.clone()).double().numpy()).all()
+
+
+def _exact_range(lo, hi, W):
+    """The exact range of ``x @ W`` over the box [lo, hi] (float32 data: every product exact
+    in float64, each output's extreme corner summed exactly by math.fsum)."""
+    import math
+    lo, hi, W = (np.asarray(z, np.float64) for z in (lo, hi, W))
+    M, K = lo.shape
+    out_lo, out_hi = np.empty((M, W.shape[1])), np.empty((M, W.shape[1]))
+    for i in range(M):
+        a, b = lo[i][:, None] * W, hi[i][:, None] * W
+        for j in range(W.shape[1]):
+            out_lo[i, j] = math.fsum(np.minimum(a[:, j], b[:, j]))
+            out_hi[i, j] = math.fsum(np.maximum(a[:, j], b[:, j]))
+    return out_lo, out_hi
+
+
+@pytest.mark.parametrize("op", ["matmul", "linear", "conv", "matmul64"])
+def test_an_off_centre_box_through_a_contraction_holds_the_exact_range(op):
+    """A box off-centre about the program's value (a ReLU's: [0, 0.5] about 0, [v - 0.5,
+    v + 0.5] about v > 0) times point weights -- matmul, linear, conv, float32 and float64:
+    the bound holds the exact range of every output (its extreme corner, summed exactly)."""
+    rng = np.random.default_rng(11)
+    if op == "conv":
+        shape, w = (2, 4, 6, 6), rng.standard_normal((5, 4, 3, 3)).astype(np.float32)
+    else:
+        shape, w = (6, 48), rng.standard_normal((48, 16)).astype(np.float32)
+    v = np.maximum(rng.standard_normal(shape), 0).astype(np.float32)
+    lo, hi = np.maximum(v - 0.5, 0.0).astype(np.float64), v + 0.5
+    if op == "matmul64":            # (float32 data in float64: products still exact)
+        op, v, w = "matmul", v.astype(np.float64), w.astype(np.float64)
+    X = fpx.Interval(lo, hi, v)
+    if op == "matmul":
+        f, W2, cols = (lambda x: fnp.matmul(x, w)), w, lambda z: z
+    elif op == "linear":
+        wt = np.ascontiguousarray(w.T)
+        f, W2, cols = (lambda x: fnn.linear(x, wt)), w, lambda z: z
+    else:
+        from numpy.lib.stride_tricks import sliding_window_view
+        f, W2 = (lambda x: fnn.conv2d(x, w)), w.reshape(5, -1).T
+
+        def cols(z):                # im2col: (N·H'·W', C·3·3), conv's terms in w's order
+            p = sliding_window_view(z, (3, 3), axis=(2, 3))        # N, C, H', W', 3, 3
+            return p.transpose(0, 2, 3, 1, 4, 5).reshape(-1, W2.shape[0])
+    y = fpx.interval(f)(X)
+    ylo, yhi = np.asarray(y.lo), np.asarray(y.hi)
+    if op == "conv":
+        ylo, yhi = (z.transpose(0, 2, 3, 1).reshape(-1, 5) for z in (ylo, yhi))
+    e_lo, e_hi = _exact_range(cols(lo), cols(hi), W2)
+    assert np.all(ylo <= e_lo) and np.all(e_hi <= yhi)
