@@ -93,7 +93,8 @@ def test_interval_holds_the_models_output_and_its_float64_run(name):
     assert isinstance(out, T.utils.ModelOutput) and out.last_hidden_state.contains(own).all()
 
 
-@pytest.mark.parametrize("name", sorted(MODELS))
+@pytest.mark.parametrize("name", [pytest.param(n, marks=pytest.mark.slow) if n == "bert" else n
+                                  for n in sorted(MODELS)])      # (bert: ~10 s, the slow run)
 def test_stochastic_runs_scatter_about_the_output(name):
     m, _, ids = _model(name)
     s = fpx.stochastic(_hidden(m), "sr", samples=4, seed=0)(ids)
