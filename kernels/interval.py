@@ -69,11 +69,12 @@ def _at_impl(x, i, j):
     return lambda x, i, j: x
 
 
-def _flat_dense(args, out_dtypes):
+def _flat_dense(args, out_dtypes, outs=None):
     """``_flat``'s common case in one pass: every array operand C-contiguous and of one shape,
     the others Python floats, float64 scalars or 0-d arrays (read as scalars, as ``_flat``
-    does), outputs allocated; None otherwise (the general path). On small arrays the layout
-    analysis cost more than the kernel."""
+    does), outputs allocated or taken from ``outs`` (where one is a writeable C-contiguous
+    array of the shape and dtype); None otherwise (the general path). On small arrays the
+    layout analysis cost more than the kernel."""
     shape = None
     for a in args:
         if type(a) is np.ndarray:
@@ -89,7 +90,9 @@ def _flat_dense(args, out_dtypes):
     cols, rows = shape[-1], math.prod(shape[:-1])
     flat = [a.reshape(rows, cols) if type(a) is np.ndarray and a.ndim else float(a)
             for a in args]
-    res = [_empty(shape, dt) for dt in out_dtypes]
+    res = [o if (outs is not None and type(o := outs[k]) is np.ndarray and o.shape == shape
+                 and o.dtype == dt and o.flags.writeable and o.flags.c_contiguous)
+           else _empty(shape, dt) for k, dt in enumerate(out_dtypes)]
     return flat, [o.reshape(rows, cols) for o in res], shape, res
 
 
@@ -99,10 +102,9 @@ def _flat(args, out_dtypes, outs=None):
     1-D, scalars and size-1 arrays become float64 scalars; anything else is expanded once.
     Outputs are allocated, or the given ``outs`` used where they are contiguous arrays of the
     result shape and dtype. Returns (operands, output blocks, shape, output arrays)."""
-    if outs is None:
-        got = _flat_dense(args, out_dtypes)
-        if got is not None:
-            return got
+    got = _flat_dense(args, out_dtypes, outs)
+    if got is not None:
+        return got
     shape = _broadcast_shape(args)
     in_order = _in_order(args, shape)
     perm = None if in_order else _common_layout(args, shape)
@@ -271,6 +273,30 @@ def up(x, rel, absl, top, out=None, signed=False):
                                                 None if out is None else (out,))
     _up_loop(x, rel, absl, float(top), bool(signed), o)
     return _result(res, shape)
+
+
+@numba.njit(cache=True, error_model="numpy")
+def _outward_loop(lo, hi, rel, absl, top, signed, olo, ohi):
+    for i in range(olo.shape[0]):
+        for j in range(olo.shape[1]):
+            r, a = _at(rel, i, j), _at(absl, i, j)
+            y = np.float64(_at(lo, i, j))
+            z = _lower(y, r, a, top)
+            olo[i, j] = 0.0 if signed & (y >= 0) & (z < 0) else z
+            y = np.float64(_at(hi, i, j))
+            z = _upper(y, r, a, top)
+            ohi[i, j] = 0.0 if signed & (y <= 0) & (z > 0) else z
+
+
+def outward(lo, hi, rel, absl, top, signed=False, out=(None, None)):
+    """``(down(lo, ...), up(hi, ...))`` of bounds of one shape in one pass; ``out``: arrays
+    the results may be written into (each used where it is a contiguous float64 array of
+    the shape), else None."""
+    (lo, hi, rel, absl), (olo, ohi), shape, (rlo, rhi) = _flat(
+        (lo, hi, rel, absl), (np.float64, np.float64),
+        None if out[0] is None and out[1] is None else out)
+    _outward_loop(lo, hi, rel, absl, float(top), bool(signed), olo, ohi)
+    return _result(rlo, shape), _result(rhi, shape)
 
 
 @numba.njit(inline="always", error_model="numpy")

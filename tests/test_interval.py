@@ -1834,6 +1834,23 @@ def test_fused_bound_kernels_match_their_formulas():
                             np.array([0.0, 0.0, np.inf]), np.inf)[2] == 1
     # 0-d operands give scalars, as a ufunc would
     assert np.ndim(KI.down(np.float64(1.0), R, A, np.inf)) == 0
+    # outward: down and up in one pass, bit for bit, signed or not, written into given arrays
+    # where they fit (zeros, subnormals, overflow past top, NaN, and per-element terms)
+    x = np.concatenate([rng.standard_normal(40) * 10.0 ** rng.integers(-300, 39, 40),
+                        [0.0, -0.0, 5e-324, -5e-324, 3.4e38, -3.4e38, np.inf, np.nan]])
+    y = x + np.abs(rng.standard_normal(x.size))
+    for Rk, Ak in ((R, A), (np.full(x.size, R), np.full(x.size, A))):
+        for signed in (False, True):
+            want = (KI.down(x, Rk, Ak, 3.4e38, signed=signed),
+                    KI.up(y, Rk, Ak, 3.4e38, signed=signed))
+            ol, oh = x.copy(), y.copy()
+            got = KI.outward(ol, oh, Rk, Ak, 3.4e38, signed, (ol, oh))
+            assert got[0] is ol and got[1] is oh
+            for g, w in zip(got, want):
+                assert np.array_equal(g, w, equal_nan=True)
+                assert np.array_equal(np.signbit(g), np.signbit(w))
+            got = KI.outward(x, y, Rk, Ak, 3.4e38, signed)
+            assert all(np.array_equal(g, w, equal_nan=True) for g, w in zip(got, want))
     # any_differ: np.any(a != b) with an early exit (NaN differs from itself, as there)
     for a, b in ((np.zeros((3, 4)), np.zeros((3, 4))), (np.zeros(5), np.array([0, 0, 0, 0, 1.])),
                  (np.array([np.nan]), np.array([np.nan])), (np.zeros((4, 3)).T, np.ones((3, 4))),

@@ -27,11 +27,18 @@ def owned(x):
 def widen(lo, hi, k=1):
     """Widen float64 bounds computed with ``k`` rounded-to-nearest steps outward. Consumes its
     arguments: pass fresh arrays (the result may be written into them)."""
-    rel = (k + 2) * E64
-    return (_K.down(lo, rel, TINY64, math.inf, out=lo) if owned(lo) and lo is not hi
-            else _K.down(lo, rel, TINY64, math.inf),
-            _K.up(hi, rel, TINY64, math.inf, out=hi) if owned(hi) and hi is not lo
-            else _K.up(hi, rel, TINY64, math.inf))
+    return _outward(lo, hi, (k + 2) * E64, TINY64, math.inf, False, True)
+
+
+def _outward(lo, hi, rel, absl, top, signed, consume):
+    """``_K.down(lo, ...)``, ``_K.up(hi, ...)``: one pass where lo and hi have one shape;
+    ``consume``: written into lo/hi where they are arrays the caller gave up."""
+    olo = lo if consume and owned(lo) and lo is not hi else None
+    ohi = hi if consume and owned(hi) and hi is not lo else None
+    if np.shape(lo) == np.shape(hi):
+        return _K.outward(lo, hi, rel, absl, top, signed, (olo, ohi))
+    return (_K.down(lo, rel, absl, top, out=olo, signed=signed),
+            _K.up(hi, rel, absl, top, out=ohi, signed=signed))
 
 
 def up(x, k=1):
@@ -121,12 +128,9 @@ def round_bounds(lo, hi, F, acc, inputs=(), steps=0, consume=False):
     the result may be written into."""
     ulps, ab = accuracy_terms(acc, inputs)
     R, A, top = rounding_terms(F, ulps, ab, steps)
-    olo = {"out": lo} if consume and owned(lo) and lo is not hi else {}
-    ohi = {"out": hi} if consume and owned(hi) and hi is not lo else {}
     # exact ends (no float64 steps to widen) under a sign-keeping rounding keep their sign
     signed = steps == 0 and sign_keeping(acc)
-    lo, hi = _K.down(lo, R, A, top, signed=signed, **olo), _K.up(hi, R, A, top, signed=signed,
-                                                                **ohi)
+    lo, hi = _outward(lo, hi, R, A, top, signed, consume)
     return (lo, hi) if (F.has_inf or F.name == "float64") else overflow(lo, hi, F)
 
 
