@@ -130,7 +130,7 @@ def test_flat_common_case_lays_out_operands_as_the_general_path():
             fast = K._flat_dense(combo, (np.float64,))
             if fast is None:
                 continue
-            saved, K._flat_dense = K._flat_dense, lambda a, d: None
+            saved, K._flat_dense = K._flat_dense, lambda a, d, outs=None: None
             try:
                 slow = K._flat(combo, (np.float64,))
             finally:
@@ -138,5 +138,9 @@ def test_flat_common_case_lays_out_operands_as_the_general_path():
             assert fast[2] == slow[2] and [o.shape for o in fast[1]] == [o.shape for o in slow[1]]
             for x0, x1 in zip(fast[0], slow[0]):
                 assert np.shape(x0) == np.shape(x1) and np.array_equal(x0, x1)
+    # outputs given: used where they fit (contiguous, writeable, the shape and dtype)
+    fit, other = np.empty(shp), np.empty(shp, np.float32)
+    got = K._flat_dense((a, b), (np.float64, np.float64), (fit, other))
+    assert got[3][0] is fit and got[3][1] is not other and got[3][1].dtype == np.float64
     assert K._flat_dense((a, np.swapaxes(a, 0, -1)), (np.float64,)) is None
     assert K._flat_dense((a, rng.random(shp[-1:])), (np.float64,)) is None
