@@ -90,10 +90,18 @@ def _flat_dense(args, out_dtypes, outs=None):
     cols, rows = shape[-1], math.prod(shape[:-1])
     flat = [a.reshape(rows, cols) if type(a) is np.ndarray and a.ndim else float(a)
             for a in args]
-    res = [o if (outs is not None and type(o := outs[k]) is np.ndarray and o.shape == shape
-                 and o.dtype == dt and o.flags.writeable and o.flags.c_contiguous)
-           else _empty(shape, dt) for k, dt in enumerate(out_dtypes)]
+    res = [_given(None if outs is None else outs[k], shape, dt)
+           for k, dt in enumerate(out_dtypes)]
     return flat, [o.reshape(rows, cols) for o in res], shape, res
+
+
+def _given(o, shape, dt):
+    """``o`` where it is a writeable C-contiguous array of ``shape`` and ``dt``, else a new
+    array."""
+    if (type(o) is np.ndarray and o.shape == shape and o.dtype == dt and o.flags.writeable
+            and o.flags.c_contiguous):
+        return o
+    return _empty(shape, dt)
 
 
 def _flat(args, out_dtypes, outs=None):

@@ -254,7 +254,6 @@ def _softmax_blocks(shift, shape2, consts, ylo, yhi):
     rows, n = shape2
     bl = max(1, min(rows, _SOFTMAX_BLOCK))
     c = tuple(float(z) for z in consts)
-
     dl, dh, el, eh = (np.empty((bl, n)) for _ in range(4))
     with np.errstate(all="ignore"):
         for s in range(0, rows, bl):
@@ -316,7 +315,7 @@ def _ln_q_max(n, var_lo, M2, e_mu, a_v, g_v, d_op, d_s, eta, eps):
         # (var' >= 0), and s'² >= c·var + kap where σ >= m·G. Below σ1 = max(m·G,
         # sqrt((base - kap)/c)) the quotient is <= (sq·σ1 + e_μ)/sqrt(base); above it
         # (sq·σ + e_μ)/sqrt(c·σ² + kap) falls with σ (kap < 0), so the same bound holds
-        kl = _rounded_down(_rounded_down(eps - beta) * (1 - d_op) - eta)  # <= kap (negative: rounded down)
+        kl = _rounded_down(_rounded_down(eps - beta) * (1 - d_op) - eta)   # <= kap (< 0)
         for m in (1.5, 2.0, 4.0):
             c = (1 - d_op) * (1 - 1 / m) * (1 - 4 * E)
             s1 = max(m * G, math.sqrt((base - kl) / c * (1 + 4 * E))) * (1 + 4 * E)
@@ -385,8 +384,8 @@ def _ln_radius(i, yl, yh, vy, r):
 def _layer_norm_rows(v, a, b_in, w, b, eps_lo, eps_hi, g_mu, g_v, g_out, d_op, d_s, eta,
                      g64, top, lim, wb_max, vy, out_a, out_b, ball_out):
     """fpx.interval's layer-norm rule (see its docstring for the derivation), one row at a
-    time: pass 1 the row's sums, pass 2 the centred value's norm, pass 3
-    the bounds (input and output a box or a ball: ``_ln_load``, ``_ln_emit``). Returns (n_bad, n_loose): the
+    time: pass 1 the row's sums, pass 2 the centred value's norm, pass 3 the bounds (input
+    and output a box or a ball: ``_ln_load``, ``_ln_emit``). Returns (n_bad, n_loose): the
     rows where an intermediate of the program might pass ``lim`` (the squares and their
     sum, the normalized value or its scaling: overflow the bound does not model) or an input
     is not finite (those rows' bounds are left unset), and the radii that are not finite or
@@ -498,8 +497,8 @@ def layer_norm_bounds(v, x, w, b, eps_lo, eps_hi, g_mu, g_v, g_out, d_op, d_s, e
     scalars. Returns (ylo, yhi, n_bad), or with the program's output ``vy`` the radius of
     the result as a ball about it, (r, None, n_bad) -- (None, None, 0) where a radius is not
     finite or a ball is more than 5% wider than its box (bounds lopsided about the value: a
-    wide box clamped by the a priori range). n_bad: rows where the program's intermediates might pass ``lim`` or an input is
-    not finite. Three compiled passes per row, with the row in cache: the decomposition's
+    wide box clamped by the a priori range). n_bad: rows where the program's intermediates
+    might pass ``lim`` or an input is not finite. Three compiled passes per row, with the row in cache: the decomposition's
     rules made ~25 passes over the whole block."""
     n = v.shape[-1]
     if vy is None:
@@ -508,8 +507,8 @@ def layer_norm_bounds(v, x, w, b, eps_lo, eps_hi, g_mu, g_v, g_out, d_op, d_s, e
         out_a = np.empty(v.shape, np.float32 if vy.dtype == np.float32 else np.float64)
         out_b = out_a
     wb_max = max(1.0, float(np.max(np.abs(w)))) + float(np.max(np.abs(b)))
-    args = (v, x[0], x[1] if len(x) == 2 else None, w, b, float(eps_lo), float(eps_hi), float(g_mu), float(g_v),
-            float(g_out), float(d_op), float(d_s), float(eta),
+    args = (v, x[0], x[1] if len(x) == 2 else None, w, b, float(eps_lo), float(eps_hi),
+            float(g_mu), float(g_v), float(g_out), float(d_op), float(d_s), float(eta),
             (n + 4) * 2.0 ** -53 / (1 - (n + 4) * 2.0 ** -53), float(top), float(lim), wb_max,
             v if vy is None else vy, out_a, out_b, vy is not None)
     n_bad, n_loose = _layer_norm_rows(*args)

@@ -98,8 +98,7 @@ def _mul(self, prim, a, b):
 def _div(self, prim, a, b):
     v, (alo, ahi), (blo, bhi), un, pt = self.binary(prim, a, b)
     terms = self.fused_terms("div", self.fmt(value_dtype(v)))
-    if terms is not None and _on_host(alo, ahi, blo, bhi) and np.ndim(terms[0]) == 0 \
-            and np.ndim(terms[1]) == 0:
+    if terms is not None and _on_host(alo, ahi, blo, bhi):
         # the steps below in one pass: corners, the roundings, the sign, a divisor holding 0
         lo, hi, n = _K.div_bounds(alo, ahi, blo, bhi, *terms)
         _divisor_zero(self, n)
