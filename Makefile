@@ -17,7 +17,7 @@ demo: $(STAMP)
 	$(VENV)/bin/fpx demo
 
 test: $(STAMP)
-	$(PY) -m pytest -q
+	$(PY) -m pytest -q -n auto
 
 bench-quick: $(STAMP)
 	for b in benchmarks/[!_]*.py; do $(PY) $$b --quick || exit 1; done
