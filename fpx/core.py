@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import contextlib
 import contextvars
+import math
 import os
 import traceback
 from typing import Any, Callable
@@ -438,7 +439,8 @@ class Tracer:
     # -- abstract value ---------------------------------------------------------------------
     @property
     def shape(self) -> tuple:
-        return tuple(np.shape(self.primal))
+        p = self.primal
+        return p.shape if type(p) is np.ndarray else tuple(np.shape(p))
 
     @property
     def dtype(self):
@@ -452,7 +454,7 @@ class Tracer:
 
     @property
     def size(self) -> int:
-        return int(np.prod(self.shape, dtype=np.int64))
+        return math.prod(self.shape)
 
     def __len__(self):
         if not self.shape:

@@ -12,6 +12,7 @@ its own. Movement helpers (stack, tile, flip, ...) are written directly with pri
 from __future__ import annotations
 
 import builtins
+import math
 import operator
 
 import numpy as np
@@ -593,15 +594,15 @@ def reshape(a, /, shape=None, order="C", *, newshape=None, copy=None):
 
 
 def _resolve_shape(shape, old):
-    size = int(np.prod(old, dtype=np.int64))
+    size = math.prod(old)
     if shape.count(-1) > 1:
         raise ValueError("can only specify one unknown dimension")
     if -1 in shape:
-        known = int(np.prod([s for s in shape if s != -1], dtype=np.int64))
+        known = math.prod(s for s in shape if s != -1)
         if known == 0 or size % known:
             raise ValueError(f"cannot reshape array of shape {old} into shape {shape}")
         shape = tuple(size // known if s == -1 else s for s in shape)
-    if int(np.prod(shape, dtype=np.int64)) != size:
+    if math.prod(shape) != size:
         raise ValueError(f"cannot reshape array of shape {old} into shape {shape}")
     return shape
 

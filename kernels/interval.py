@@ -74,25 +74,32 @@ def _flat_dense(args, out_dtypes, outs=None):
     the others Python floats, float64 scalars or 0-d arrays (read as scalars, as ``_flat``
     does), outputs allocated or taken from ``outs`` (where one is a writeable C-contiguous
     array of the shape and dtype); None otherwise (the general path). On small arrays the
-    layout analysis cost more than the kernel."""
+    layout analysis cost more than the kernel; 2-D operands are passed as they are."""
     shape = None
     for a in args:
-        if type(a) is np.ndarray:
-            if not a.ndim:
+        t = type(a)
+        if t is np.ndarray:
+            s = a.shape
+            if s == shape:
+                if not a.flags.c_contiguous:
+                    return None
+            elif not s:
                 continue
-            if not a.flags.c_contiguous or (shape is not None and a.shape != shape):
+            elif shape is None and a.flags.c_contiguous:
+                shape = s
+            else:
                 return None
-            shape = a.shape
-        elif type(a) is not float and type(a) is not np.float64:
+        elif t is not float and t is not np.float64:
             return None
     if shape is None or math.prod(shape) <= 1:
         return None
     cols, rows = shape[-1], math.prod(shape[:-1])
-    flat = [a.reshape(rows, cols) if type(a) is np.ndarray and a.ndim else float(a)
-            for a in args]
-    res = [_given(None if outs is None else outs[k], shape, dt)
+    two_d = len(shape) == 2
+    flat = [(a if two_d else a.reshape(rows, cols)) if type(a) is np.ndarray and a.ndim
+            else float(a) for a in args]
+    res = [np.empty(shape, dt) if outs is None else _given(outs[k], shape, dt)
            for k, dt in enumerate(out_dtypes)]
-    return flat, [o.reshape(rows, cols) for o in res], shape, res
+    return flat, res if two_d else [o.reshape(rows, cols) for o in res], shape, res
 
 
 def _given(o, shape, dt):

@@ -75,12 +75,13 @@ def covered_ops() -> list[str]:
 
 # -- helpers ----------------------------------------------------------------------------------
 def is_arr(x) -> bool:
-    return isinstance(x, Tracer) or isinstance(x, (np.ndarray, np.generic)) or (
+    return isinstance(x, (Tracer, np.ndarray, np.generic)) or (
         _is_cupy(x) and hasattr(x, "dtype"))
 
 
 def dtype_of(x):
-    return np.dtype(x.dtype)
+    dt = x.dtype
+    return dt if isinstance(dt, np.dtype) else np.dtype(dt)
 
 
 def shape_of(x):
@@ -93,7 +94,8 @@ def is_float(dt) -> bool:
 
 
 def cast(x, dt):
-    dt = np.dtype(dt)
+    if not isinstance(dt, np.dtype):
+        dt = np.dtype(dt)
     if is_arr(x):
         return x if dtype_of(x) == dt else fnp.astype(x, dt)
     return np.asarray(x, dtype=dt)[()]
@@ -209,7 +211,7 @@ def _conform1(x, op, meta):
         return x
     if dtype_of(x) != dt:
         x = fnp.astype(x, dt)
-    if shp is not None and tuple(shape_of(x)) != tuple(shp):
+    if shp is not None and shape_of(x) != shp:
         raise FpxError(f"fpx.interop.torch: internal error: the mapping of '{op}' gave shape "
                        f"{tuple(shape_of(x))}, torch {tuple(shp)}")
     return x
