@@ -457,22 +457,26 @@ def _mul_rounded(al, ah, bl, bh, r, a, top):
 
 @numba.njit(cache=True, error_model="numpy")
 def _mul_loop(alo, ahi, blo, bhi, rel, absl, top, lo, hi):
+    n = 0
     for i in range(lo.shape[0]):
         for j in range(lo.shape[1]):
-            lo[i, j], hi[i, j] = _mul_rounded(
-                np.float64(_at(alo, i, j)), np.float64(_at(ahi, i, j)),
-                np.float64(_at(blo, i, j)), np.float64(_at(bhi, i, j)),
-                _at(rel, i, j), _at(absl, i, j), top)
+            l, h = _mul_rounded(np.float64(_at(alo, i, j)), np.float64(_at(ahi, i, j)),
+                                np.float64(_at(blo, i, j)), np.float64(_at(bhi, i, j)),
+                                _at(rel, i, j), _at(absl, i, j), top)
+            lo[i, j], hi[i, j] = l, h
+            n += (l == -math.inf) & (h == math.inf)
+    return n
 
 
 def mul_bounds(alo, ahi, blo, bhi, rel, absl, top):
-    """Interval product (min/max of the four corner products; NaN operands give NaN, a
-    ``0·inf`` corner with no NaN operand gives [-inf, inf]) widened by ``rel``/``absl`` (which
-    must cover the float64 product's rounding too), overflow past ``top`` to ±inf; one pass."""
+    """(lo, hi, n): the interval product (min/max of the four corner products; NaN operands
+    give NaN, a ``0·inf`` corner with no NaN operand gives [-inf, inf]) widened by
+    ``rel``/``absl`` (which must cover the float64 product's rounding too), overflow past
+    ``top`` to ±inf, in one pass; ``n`` counts the [-inf, inf] results."""
     (alo, ahi, blo, bhi, rel, absl), (lo, hi), shape, (rlo, rhi) = _flat(
         (alo, ahi, blo, bhi, rel, absl), (np.float64, np.float64))
-    _mul_loop(alo, ahi, blo, bhi, rel, absl, float(top), lo, hi)
-    return _result(rlo, shape), _result(rhi, shape)
+    n = _mul_loop(alo, ahi, blo, bhi, rel, absl, float(top), lo, hi)
+    return _result(rlo, shape), _result(rhi, shape), int(n)
 
 
 @numba.njit(cache=True, error_model="numpy")

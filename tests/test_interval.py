@@ -1681,14 +1681,74 @@ def test_accumulator_overflow_in_partial_sums():
     iv = _iv(lambda a: fnp.sum(a), Interval(np.array([m * (1 - 2 ** -52)]), np.array([m])))
     assert iv.contains(m) and not np.isnan(iv.lo)
     # float32 matmul whose products pass float32's range: the row may overflow
-    A = np.array([[3e38, -3e38]], np.float32)
+    A = np.array([[3e38, -3e38], [3e38, 3e38]], np.float32)
     B = np.array([[2.0], [2.0]], np.float32)
     iv = _iv(fnp.matmul, A, B)
-    assert iv.contains(np.inf)[0, 0] and iv.contains(0.0)[0, 0] and iv.contains(-np.inf)[0, 0]
+    assert iv.contains(np.inf)[1, 0] and iv.contains(-np.inf)[1, 0]
+    # this run's first row is inf - inf = NaN (an FMA or a wider accumulator gives inf or 0):
+    # no claim there, rather than ±inf, which a later tanh would turn into [-1, 1]
+    assert np.isnan(iv.value[0, 0]) and np.isnan(iv.lo[0, 0]) and np.isnan(iv.hi[0, 0])
     # float64 matmul with overflowing values: the bound is not NaN
     A = np.array([[m, m, -m]])
     iv = _iv(fnp.matmul, A, np.ones((3, 1)))
     assert iv.contains(np.inf)[0, 0] and iv.contains(m)[0, 0]
+
+
+@pytest.mark.parametrize("op", ["matmul", "linear", "sum", "mean", "cumsum"])
+@pytest.mark.parametrize("row", [[np.nan, 1, 2, 3], [np.inf, 1, 2, -np.inf]])
+def test_a_nan_result_of_a_sum_or_gemm_is_no_claim_downstream(op, row):
+    """A NaN operand, or inf and -inf in one sum, make every execution of that sum NaN: the
+    bound there is NaN (no claim), so tanh after it does not claim [-1, 1] for a NaN result;
+    the other row keeps a finite bound."""
+    import fpx.nn as fnn
+    x = np.array([row, [1, 2, 3, 4]], np.float32)
+    w = np.full((4, 2), 0.5, np.float32)
+    body = {"matmul": lambda a: a @ w, "linear": lambda a: fnn.linear(a, w.T),
+            "sum": lambda a: fnp.sum(a, axis=1), "mean": lambda a: fnp.mean(a, axis=1),
+            "cumsum": lambda a: fnp.cumsum(a, axis=1)[:, -1]}[op]
+    with np.errstate(all="ignore"):
+        iv = _iv(lambda a: fnp.tanh(body(a)), x)
+    assert np.isnan(iv.value[0]).all() and np.isnan(iv.lo[0]).all() and np.isnan(iv.hi[0]).all()
+    assert np.isfinite(iv.lo[1]).all() and iv.contains(iv.value)[1].all()
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64, np.float16])
+def test_zero_times_inf_and_zero_over_zero_are_no_claim_downstream(dtype):
+    """0·inf and 0/0 of points are NaN in every execution: NaN bounds there (the corners'
+    [-inf, inf] would become tanh's [-1, 1]); a box product reaching a 0·inf corner whose
+    program value is defined stays unbounded."""
+    a = np.array([0.0, 0.0, 2.0], dtype)
+    b = np.array([np.inf, 0.0, 3.0], dtype)
+    with np.errstate(all="ignore"):
+        for f in (lambda a, b: fnp.tanh(a * b), lambda a, b: fnp.tanh(a / b * 1)):
+            iv = _iv(f, a, b)
+            nan = np.isnan(np.asarray(iv.value, np.float64))
+            assert np.isnan(iv.lo[nan]).all() and np.isnan(iv.hi[nan]).all()
+            assert np.isfinite(iv.lo[~nan]).all() and iv.contains(iv.value)[~nan].all()
+        iv = _iv(lambda a, b: a * b, Interval(np.array([0.0]), np.array([1.0]), np.array([0.5])),
+                 Interval(np.array([1.0]), np.array([np.inf]), np.array([1.0])))
+    assert iv.lo[0] == -np.inf and iv.hi[0] == np.inf
+
+
+_SPECIALS = [0.0, -0.0, 1.0, -2.5, np.inf, -np.inf, np.nan, 3e38, 1e-40]
+
+
+@pytest.mark.parametrize("op", ["add", "multiply", "divide", "floor_divide", "remainder", "power",
+                                "maximum", "prod", "sum", "matmul"])
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_every_nan_value_of_special_operands_has_a_nan_bound(op, dtype):
+    """Over every pair of special operands (±0, ±inf, NaN, huge, subnormal), an element
+    whose program value is NaN has NaN bounds (no claim): never a range a later op could
+    turn finite."""
+    a, b = (g.ravel().astype(dtype) for g in np.meshgrid(_SPECIALS, _SPECIALS))
+    f = {"prod": lambda a, b: fnp.prod(fnp.stack([a, b]), axis=0),
+         "sum": lambda a, b: fnp.sum(fnp.stack([a, b]), axis=0),
+         "matmul": lambda a, b: fnp.matmul(fnp.stack([a, b], axis=1), np.ones((2, 1), dtype))}
+    with np.errstate(all="ignore"):
+        iv = _iv(f.get(op, getattr(fnp, op)), a, b)
+    nan = np.isnan(np.asarray(iv.value, np.float64))
+    assert nan.any()
+    assert np.isnan(iv.lo[nan]).all() and np.isnan(iv.hi[nan]).all()
 
 
 def test_matmul_small_radius_term_not_computed_in_float16():

@@ -13,8 +13,9 @@ import numpy as np
 from fpx.core import concrete
 from fpx.kernels import interval as _K
 from fpx.kernels.elementwise import erf as _erf_kernel
-from fpx.transforms.interval.enclosure import (E64, LIBM64_ULPS, as_f64, corners, sign_keeping,
-                                               mul_bounds, or_unstable, widen)
+from fpx.transforms.interval.enclosure import (E64, LIBM64_ULPS, as_f64, corners, mul_bounds,
+                                               no_claim_where_nan, or_unstable, sign_keeping,
+                                               widen)
 from fpx.transforms.interval.interpreter import ball_rule, rule, value_dtype
 
 
@@ -82,13 +83,15 @@ def _mul(self, prim, a, b):
         terms = self.fused_terms("mul", F)
         if terms is not None and _on_host(alo, ahi, blo, bhi):
             # one fused pass: corners, the float64 product's rounding and the op's
-            lo, hi = _K.mul_bounds(alo, ahi, blo, bhi, *terms)
+            lo, hi, n = _K.mul_bounds(alo, ahi, blo, bhi, *terms)
             if pt and F.p <= 26:
                 lo, hi, pt = _exact_on_points(v, lo, hi, alo, blo, "mul")
+            lo, hi = _no_claim_if_unbounded(v, lo, hi, n)
             return self.new(v, lo, hi, un, pt and un is None and F.p <= 26)
         lo, hi = mul_bounds(alo, ahi, blo, bhi)
     with np.errstate(invalid="ignore", over="ignore"):
         lo, hi = self.round_result("mul", v, lo, hi, (alo, ahi), (blo, bhi))
+        lo, hi = _no_claim_if_unbounded(v, lo, hi)
     if a is b and self._own(a) and self.fmt(value_dtype(v)) is not None:
         lo = np.where(lo < 0, 0.0, lo)        # a rounded square is never negative
     return self.new(v, lo, hi, un)
@@ -102,6 +105,7 @@ def _div(self, prim, a, b):
         # the steps below in one pass: corners, the roundings, the sign, a divisor holding 0
         lo, hi, n = _K.div_bounds(alo, ahi, blo, bhi, *terms)
         _divisor_zero(self, n)
+        lo, hi = _no_claim_if_unbounded(v, lo, hi, n)
         return self.new(v, lo, hi, un)
     zero = (blo <= 0) & (bhi >= 0)
     with np.errstate(invalid="ignore", over="ignore", divide="ignore"):
@@ -120,6 +124,7 @@ def _div(self, prim, a, b):
         _divisor_zero(self, int(np.count_nonzero(np.broadcast_to(zero, np.shape(lo)))))
         lo = np.where(zero, -np.inf, lo)
         hi = np.where(zero, np.inf, hi)
+        lo, hi = _no_claim_if_unbounded(v, lo, hi, True)
     return self.new(v, lo, hi, un)
 
 
@@ -128,6 +133,16 @@ def _divisor_zero(self, n):
     if n:
         self.note("division-by-zero-interval", "a divisor interval contains 0: those "
                   "elements are unbounded", n)
+
+
+def _no_claim_if_unbounded(v, lo, hi, n=None):
+    """NaN bounds (no claim) where a product or quotient is unbounded ([-inf, inf]: a 0·inf
+    corner, a divisor holding 0) and the program's value is NaN (0·inf, 0/0 of points): a
+    later tanh would otherwise claim [-1, 1] for a NaN result. ``n``: whether any bound is
+    unbounded (counted by the fused kernels), else checked here."""
+    if n is None:
+        n = np.any(np.isneginf(lo) & np.isposinf(hi))
+    return no_claim_where_nan(lo, hi, concrete(v)) if n else (lo, hi)
 
 
 @rule("fma")
@@ -393,6 +408,8 @@ def _floor_divide(self, prim, a, b):
     unstable = or_unstable(un, lo != hi)
     if dt.kind in "iu":          # INT_MIN // -1 wraps around
         lo, hi = self.integer_bounds("floor_divide", dt, lo, hi)
+    else:                        # x // 0, inf // x: NaN, no claim
+        lo, hi = no_claim_where_nan(lo, hi, concrete(v))
     return self.new(v, lo, hi, unstable)
 
 
@@ -419,6 +436,8 @@ def _remainder(self, prim, a, b):
                 one &= (np.maximum(np.abs(rlo), np.abs(rhi)) < 2.0 ** 53)
                 lo = np.where(one, np.maximum(lo, rlo), lo)
                 hi = np.where(one, np.minimum(hi, rhi), hi)
+    else:                        # x % 0, inf % x: NaN, no claim (not [0, b))
+        lo, hi = no_claim_where_nan(lo, hi, concrete(v))
     return self.new(v, lo, hi, un)
 
 

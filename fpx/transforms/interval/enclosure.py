@@ -190,3 +190,13 @@ def any_nan(*xs):
     for x in xs[1:]:
         out = out | np.isnan(x)
     return out
+
+
+def no_claim_where_nan(lo, hi, value):
+    """NaN bounds (no claim) where the program's ``value`` is NaN: a sum's or a GEMM's
+    ``inf - inf`` guard gives ±inf for "may overflow", which a later tanh or clamp would turn
+    into a finite range for a NaN result."""
+    nan_v = np.isnan(as_f64(value))
+    if np.any(nan_v):
+        lo, hi = np.where(nan_v, np.nan, lo), np.where(nan_v, np.nan, hi)
+    return lo, hi

@@ -28,8 +28,9 @@ from fpx.core import concrete
 from fpx.kernels import conv as _kconv
 from fpx.kernels import interval as _K
 from fpx.transforms.interval import engines
-from fpx.transforms.interval.enclosure import (E64, accuracy_terms, as_f64, gamma, or_unstable,
-                                               overflow, round_bounds, up, widen)
+from fpx.transforms.interval.enclosure import (E64, accuracy_terms, as_f64, gamma,
+                                               no_claim_where_nan, or_unstable, overflow,
+                                               round_bounds, up, widen)
 from fpx.transforms.interval.interpreter import rule
 from fpx.transforms.interval.logic import bool_interval, contains_format
 
@@ -461,7 +462,7 @@ def _close(self, op, v, center, rad, cb, coef, va, ra, vb, rb, c, F_in, F_acc, F
             rad = (R, f, a)
         lo, hi, n_bad = _K.center_bounds(center, *rad, top, cb)
         lo, hi = _guard(lo, hi, center, op, va, ra, vb, rb, c, F_acc,
-                        F_in.max if rounded else math.inf, room, clean=n_bad == 0)
+                        F_in.max if rounded else math.inf, room, clean=n_bad == 0, value=vv)
         if F_out.name != F_acc.name:
             lo, hi = round_bounds(lo, hi, F_out, self.accuracy("cast", F_out))
         elif not F_out.has_inf:
@@ -469,12 +470,13 @@ def _close(self, op, v, center, rad, cb, coef, va, ra, vb, rb, c, F_in, F_acc, F
     return self.new(v, lo, hi, un)
 
 
-def _guard(lo, hi, center, op, va, ra, vb, rb, c, F_acc, in_top, room, clean):
+def _guard(lo, hi, center, op, va, ra, vb, rb, c, F_acc, in_top, room, clean, value):
     """±inf where a product or partial sum may overflow the accumulator (Â @ B̂·(1+c) past its
     largest value: one more GEMM, only where the screen found no ``room``), where an
     operand's conversion to the input format may overflow (``in_top``: tf32's largest value),
     and where the centre is not finite; NaN bounds from inf - inf where no operand element in
-    that row/column is NaN mean "unbounded", not "undefined"."""
+    that row/column is NaN mean "unbounded", not "undefined"; NaN where the program's
+    ``value`` is (``no_claim_where_nan``)."""
     over = False if clean else ~np.isfinite(center)
     if not room or in_top < math.inf:
         hats = [up(np.abs(as_f64(x)) + r, 1) for x, r in ((va, ra), (vb, rb))]
@@ -493,7 +495,7 @@ def _guard(lo, hi, center, op, va, ra, vb, rb, c, F_acc, in_top, room, clean):
     if np.any(over):
         over = np.broadcast_to(over, np.shape(lo))
         lo, hi = np.where(over, -np.inf, lo), np.where(over, np.inf, hi)
-    return lo, hi
+    return (lo, hi) if clean and room else no_claim_where_nan(lo, hi, value)
 
 
 def _exact_matmul(self, v, a, b):

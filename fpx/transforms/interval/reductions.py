@@ -7,8 +7,9 @@ import math
 import numpy as np
 
 from fpx.core import concrete
-from fpx.transforms.interval.enclosure import (E64, gamma, mul_bounds, or_unstable, overflow,
-                                               round_bounds, up, widen, xp_of)
+from fpx.transforms.interval.enclosure import (E64, gamma, mul_bounds, no_claim_where_nan,
+                                               or_unstable, overflow, round_bounds, up, widen,
+                                               xp_of)
 from fpx.transforms.interval.interpreter import rule
 
 
@@ -79,7 +80,7 @@ def _reduce_sum(self, prim, a, *, axis=None, keepdims=False, dtype=None):
                 r = r + up(c * s_mag * (1 + g64), 3)
             lo2, hi2 = widen(s_mid - r, s_mid + r, 1)
             lo2, hi2 = _acc_guard(lo2, hi2, s_mag, c, Facc, lambda: np.any(
-                np.isnan(lo) | np.isnan(hi), axis=axis, keepdims=keepdims))
+                np.isnan(lo) | np.isnan(hi), axis=axis, keepdims=keepdims), concrete(v))
             lo2, hi2 = _to_output(self, lo2, hi2, Facc, F_out)
             # a floating-point sum of nonnegative terms is nonnegative in any order (rounding
             # is monotone): keeps sum(x*x) + eps away from a NaN sqrt in variances
@@ -92,11 +93,12 @@ def _reduce_sum(self, prim, a, *, axis=None, keepdims=False, dtype=None):
     return self.new(v, lo2, hi2, un, pt and n <= 1)
 
 
-def _acc_guard(lo, hi, mag, c, F_acc, nan_in):
+def _acc_guard(lo, hi, mag, c, F_acc, nan_in, value):
     """Where the terms' magnitudes (sum ``mag``, with rounding ``c``) pass the accumulator's
     largest finite value, some partial sum may overflow: the result may be ±inf whatever the
     final sum is. NaN bounds from inf - inf in the float64 bound arithmetic, where no term's
-    bound is NaN (``nan_in()``, evaluated only then), mean "unbounded", not "undefined"."""
+    bound is NaN (``nan_in()``, evaluated only then), mean "unbounded", not "undefined";
+    NaN where the program's ``value`` is (``no_claim_where_nan``)."""
     with np.errstate(all="ignore"):
         over = up(mag * (1.0 + c), 2) > F_acc.max
     bad = np.isnan(lo) | np.isnan(hi)
@@ -104,6 +106,7 @@ def _acc_guard(lo, hi, mag, c, F_acc, nan_in):
         over = over | (bad & ~nan_in())
     if np.any(over):
         lo, hi = np.where(over, -np.inf, lo), np.where(over, np.inf, hi)
+        lo, hi = no_claim_where_nan(lo, hi, value)
     return lo, hi
 
 
@@ -152,7 +155,7 @@ def _cumsum(self, prim, a, *, axis, dtype=None):
         lo2, hi2 = widen(c_mid - r, c_mid + r, 1)
         if F_out is not None:   # the accumulator's overflow, then its rounding to the output
             lo2, hi2 = _acc_guard(lo2, hi2, c_mag, c, Facc, lambda: np.logical_or.accumulate(
-                np.isnan(lo) | np.isnan(hi), axis=ax))
+                np.isnan(lo) | np.isnan(hi), axis=ax), concrete(v))
             lo2, hi2 = _to_output(self, lo2, hi2, Facc, F_out)
     if F_out is None:           # integers: exact, the enclosure tightened to the integers in it
         lo2, hi2 = self.integer_bounds("cumsum", out_dt, lo2, hi2)
@@ -189,6 +192,7 @@ def _reduce_prod(self, prim, a, *, axis=None, keepdims=False, dtype=None):
             e = up(g * mag, 2) + n * F.smallest_subnormal
             L, H = widen(L - e, H + e, 1)
             L, H = overflow(L, H, F)
+        L, H = no_claim_where_nan(L, H, concrete(v))       # 0·inf: NaN, not [-inf, inf]
     un = None if u is None else np.any(u, axis=axis, keepdims=keepdims)
     return self.new(v, L, H, un)
 

@@ -123,10 +123,11 @@ class Interval:
         fin = np.isfinite(w)
         wmax = float(np.max(w[fin])) if fin.any() else float("nan")
         nun = 0 if self.unstable is None else int(np.count_nonzero(to_host(self.unstable)))
-        head = (f"Interval({self.dtype}{list(self.shape)}, max width {wmax:.3g}"
+        size = "empty" if not lo.size else f"max width {wmax:.3g}"
+        head = (f"Interval({self.dtype}{list(self.shape)}, {size}"
                 f"{', %d non-finite' % int((~fin).sum()) if (~fin).any() else ''}"
                 f"{', %d unstable' % nun if nun else ''})")
-        if lo.size <= 6:
+        if 0 < lo.size <= 6:
             els = ", ".join(f"[{a:.9g}, {b:.9g}]" for a, b in zip(lo.ravel(), hi.ravel()))
             return f"{head}\n  {els}"
         return head
