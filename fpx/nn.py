@@ -191,7 +191,8 @@ _GELU_KAPPA = 0.044715
 
 
 def _gelu_decomp(x, *, approximate="none"):
-    """erf form: x*0.5 * (1 + erf(x * (1/sqrt 2)));
+    """erf form: x * (1 + erf(x * (1/sqrt 2))) * 0.5 -- the product before the exact halving,
+    as torch's CPU kernel computes it (it overflows past half the largest float);
     tanh form: 0.5*x * (1 + tanh(sqrt(2/pi) * (x + 0.044715 * x*x*x)))."""
     half, one = _c(0.5, x), _c(1, x)
     if approximate == "tanh":
@@ -199,8 +200,8 @@ def _gelu_decomp(x, *, approximate="none"):
         inner = fnp.multiply(_c(_SQRT_2_OVER_PI, x),
                              fnp.add(x, fnp.multiply(_c(_GELU_KAPPA, x), cube)))
         return fnp.multiply(fnp.multiply(half, x), fnp.add(one, fnp.tanh(inner)))
-    return fnp.multiply(fnp.multiply(x, half),
-                        fnp.add(one, fnp.erf(fnp.multiply(x, _c(_SQRT1_2, x)))))
+    return fnp.multiply(fnp.multiply(x, fnp.add(one, fnp.erf(fnp.multiply(x, _c(_SQRT1_2, x))))),
+                        half)
 
 
 _gelu = Composite("gelu", _gelu_decomp, kind="transcendental")

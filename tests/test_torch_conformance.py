@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import os
 
+import numpy as np
 import pytest
 
 torch = pytest.importorskip("torch")
@@ -351,3 +352,45 @@ def test_logsumexp_follows_the_cpu_kernel_that_rounds_every_step(dtype):
     for f, shape in zip(fs, [(512, 37), (37, 512)]):     # 512 sums of 37 terms each
         a = (torch.randn(shape) * 3).to(dtype)
         assert fpx.interval(f)(a).contains(f(a)).all()
+
+
+_SPECIAL_VALUES = [0.0, -0.0, 1.0, -2.5, float("inf"), float("-inf"), float("nan"), 3e38, 1e-40,
+                   -3e38, 1.71e38, -88.0, 100.0, -100.0]
+_SPECIAL_OPS = {
+    "sigmoid": torch.sigmoid, "tanh": torch.tanh, "exp": torch.exp, "log": torch.log,
+    "sqrt": torch.sqrt, "rsqrt": torch.rsqrt, "erf": torch.erf, "reciprocal": torch.reciprocal,
+    "expm1": torch.expm1, "log1p": torch.log1p, "atan": torch.atan, "sign": torch.sign,
+    "round": torch.round, "silu": F.silu, "gelu": F.gelu,
+    "gelu_tanh": lambda x: F.gelu(x, approximate="tanh"), "softplus": F.softplus, "elu": F.elu,
+    "hardswish": F.hardswish, "hardsigmoid": F.hardsigmoid, "mish": F.mish,
+    "clamp": lambda x: x.clamp(-1, 1), "square": lambda x: x * x,
+    "softmax": lambda x: F.softmax(x.view(2, 7), -1),
+    "log_softmax": lambda x: F.log_softmax(x.view(2, 7), -1),
+    "layer_norm": lambda x: F.layer_norm(x.view(2, 7), (7,)),
+    "sum": lambda x: x.view(2, 7).sum(-1), "amax": lambda x: x.view(2, 7).amax(-1),
+    "prod": lambda x: x.view(2, 7).prod(-1), "cumsum": lambda x: x.cumsum(0),
+    "mul_flip": lambda x: x * x.flip(0), "div_flip": lambda x: x / x.flip(0),
+    "sub_flip": lambda x: x - x.flip(0), "atan2": lambda x: torch.atan2(x, x.flip(0)),
+    "linear": lambda x: F.linear(x.view(2, 7), torch.ones(3, 7, dtype=x.dtype)),
+}
+
+
+@pytest.mark.parametrize("dtype", (torch.float32, torch.float64) + HALF, ids=str)
+def test_special_values_torch_output_inside_bound(dtype):
+    """±0, ±inf, NaN, values past half the largest float and subnormals through each op:
+    wherever torch's own CPU output is a number it lies in the bound (a NaN bound, no claim,
+    does not hold one: torch's sign(NaN) is 0, its gelu(x) overflows past half the largest
+    float32; docs/torch.md, "Limits", names the kernels that differ at inf or NaN)."""
+    x = torch.tensor(_SPECIAL_VALUES).to(dtype)
+    bad = []
+    for name, f in _SPECIAL_OPS.items():
+        with torch.no_grad():
+            y = f(x)
+        iv = fpx.interval(f)(x)
+        t = y.double().numpy()
+        if name == "gelu" and dtype != torch.float64:
+            t[np.isposinf(x.double().numpy())] = np.nan      # torch: NaN at +inf (Limits)
+        inside = np.asarray(iv.contains(y))
+        if not inside[~np.isnan(t)].all():
+            bad.append(name)
+    assert not bad, f"torch's output outside the bound for {bad}"

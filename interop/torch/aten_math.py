@@ -72,9 +72,18 @@ for _n, _f in {"exp": fnp.exp, "exp2": fnp.exp2, "expm1": fnp.expm1, "log": fnp.
                "log2": fnp.log2, "log1p": fnp.log1p, "sin": fnp.sin, "cos": fnp.cos,
                "tan": fnp.tan, "tanh": fnp.tanh, "sinh": fnp.sinh, "cosh": fnp.cosh,
                "atan": fnp.arctan, "erf": fnp.erf, "floor": fnp.floor, "ceil": fnp.ceil,
-               "round": fnp.rint, "trunc": fnp.trunc, "sign": fnp.sign,
+               "round": fnp.rint, "trunc": fnp.trunc,
                "sigmoid": fnn.sigmoid, "relu": fnn.relu}.items():
     _op(f"aten.{_n}.default")(elementwise(_f))
+
+
+@_op("aten.sign.default")
+def _sign(ctx, x):
+    """torch's CPU sign, ``(0 < x) - (x < 0)``: 0 at NaN (NumPy's sign gives NaN), as
+    selects between exact constants."""
+    x = cast(x, ctx.dtype)
+    one, zero = np.ones((), ctx.dtype), np.zeros((), ctx.dtype)
+    return fnp.where(fnp.greater(x, zero), one, fnp.where(fnp.less(x, zero), -one, zero))
 _op("aten.atan2")(elementwise(fnp.arctan2))
 
 
