@@ -75,6 +75,7 @@ for _n, _f in {"exp": fnp.exp, "exp2": fnp.exp2, "expm1": fnp.expm1, "log": fnp.
                "round": fnp.rint, "trunc": fnp.trunc,
                "sigmoid": fnn.sigmoid, "relu": fnn.relu}.items():
     _op(f"aten.{_n}.default")(elementwise(_f))
+_op("aten.atan2")(elementwise(fnp.arctan2))
 
 
 @_op("aten.sign.default")
@@ -84,7 +85,6 @@ def _sign(ctx, x):
     x = cast(x, ctx.dtype)
     one, zero = np.ones((), ctx.dtype), np.zeros((), ctx.dtype)
     return fnp.where(fnp.greater(x, zero), one, fnp.where(fnp.less(x, zero), -one, zero))
-_op("aten.atan2")(elementwise(fnp.arctan2))
 
 
 @_op("aten.digamma")
