@@ -608,3 +608,28 @@ def test_fused_and_plain_checks_agree_on_thresholds_and_detections(threshold):
     assert sorted(sf.locations) == sorted(sp.locations) and sf.corrected == sp.corrected
     assert np.isclose(sf.threshold, sp.threshold, rtol=1e-12)
     assert np.array_equal(cf, cp)
+
+
+@pytest.mark.parametrize("verify", ["online", "offline"])
+def test_a_genuine_overflow_is_unverified_not_a_fault(verify):
+    """A float32 input near 3e38 overflows its row of the GEMM in any execution: the row's
+    inf against a finite float64 checksum is the format's overflow, not a fault -- counted
+    unverified, never detected or changed; an inf planted in another row is still found and
+    corrected."""
+    from fpx.faults import Value
+    rng = np.random.default_rng(3)
+    w = rng.standard_normal((64, 32)).astype(np.float32)
+    x = rng.standard_normal((16, 64)).astype(np.float32)
+    x[3, 5] = 3e38
+    with np.errstate(all="ignore"):
+        ref = x @ w
+        y, rep = fpx.abft(lambda a: a @ w, report=True, verify=verify)(x)
+    assert np.array_equal(y, ref, equal_nan=True) and np.isinf(ref[3]).any()
+    g = rep.gemms[0]
+    assert g.detected == 0 and g.uncorrected == 0 and g.unverified == 1
+    x[3, 5] = 1.0
+    with np.errstate(all="ignore"):
+        y, rep = fpx.inject(fpx.abft(lambda a: a @ w, report=True, verify=verify),
+                            Value(np.inf, where="output", index=(7, 2)))(x)
+    g = rep.gemms[0]
+    assert g.detected == 1 and g.corrected == 1 and np.allclose(y, x @ w)

@@ -8,7 +8,8 @@ Row check, with weights r1 = 1 and r2 = (1, ..., N):
     D = obs - chk            (sign convention: observed minus expected, so D1 ~ +delta)
 
 A row is *detected* when |D1| exceeds its threshold, or when C's row is not finite while its
-checksum is. The faulty column is located by j = D2/D1 - 1 (0-based; a non-finite row: its one
+checksum is and its clean recomputation is finite (where that overflows too, the output format
+does: the row is unverified). The faulty column is located by j = D2/D1 - 1 (0-based; a non-finite row: its one
 non-finite element). Correction under the single-error model recomputes that one element (a
 K-term dot product; C_ij - D1 would lose it when the fault is large, as the row sum absorbs the
 rest) and re-verifies the row. Where D2 overflows (a fault near the format's largest value),
@@ -78,6 +79,8 @@ def _rows_checked(A, B, C, *, tfun, info, correct, out, st, transpose, kernel, p
                             (G, M))
     ok = np.isfinite(chk)
     fin = np.isfinite(obs)
+    if (ok & ~fin).any():        # a genuine overflow of the output is no fault: unverified
+        ok = ok & ~_overflowing(A, B, ok & ~fin, out)
     E = np.abs(D)
     bad = ok & (~fin | (E > T))
     st.unverified += int(M * G - ok.sum())
@@ -95,6 +98,19 @@ def _rows_checked(A, B, C, *, tfun, info, correct, out, st, transpose, kernel, p
     if bad.any():
         s2 = row_sums(A, B, C, weighted=True, kernel=kernel)
         _fix(A, B, C, s2, D, T, bad, fin, correct=correct, out=out, st=st, transpose=transpose)
+
+
+def _overflowing(A, B, rows, out):
+    """Of the ``rows`` whose result is not finite while their checksum is, those whose clean
+    recomputation (the operands as given, outside any injected fault) is not finite either:
+    the output format overflows there (an input of 3e38 in a float32 GEMM), so the checksum
+    cannot verify the row."""
+    Ab = np.broadcast_to(A, (rows.shape[0],) + A.shape[1:])
+    Bb = np.broadcast_to(B, (rows.shape[0],) + B.shape[1:])
+    res = np.zeros(rows.shape, bool)
+    for g, i in zip(*np.nonzero(rows)):
+        res[g, i] = not np.isfinite(_round_out(np.matmul(Ab[g, i], Bb[g]), out)).all()
+    return res
 
 
 def _fix(A, B, C, s, D, T, bad, fin, *, correct, out, st, transpose):
