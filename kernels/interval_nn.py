@@ -498,8 +498,8 @@ def layer_norm_bounds(v, x, w, b, eps_lo, eps_hi, g_mu, g_v, g_out, d_op, d_s, e
     the result as a ball about it, (r, None, n_bad) -- (None, None, 0) where a radius is not
     finite or a ball is more than 5% wider than its box (bounds lopsided about the value: a
     wide box clamped by the a priori range). n_bad: rows where the program's intermediates
-    might pass ``lim`` or an input is not finite. Three compiled passes per row, with the row in cache: the decomposition's
-    rules made ~25 passes over the whole block."""
+    might pass ``lim`` or an input is not finite. Three compiled passes per row, with the
+    row in cache: the decomposition's rules made ~25 passes over the whole block."""
     n = v.shape[-1]
     if vy is None:
         out_a, out_b = np.empty(v.shape), np.empty(v.shape)

@@ -1731,10 +1731,11 @@ def test_zero_times_inf_and_zero_over_zero_are_no_claim_downstream(dtype):
 
 
 _SPECIALS = [0.0, -0.0, 1.0, -2.5, np.inf, -np.inf, np.nan, 3e38, 1e-40]
+_FMA = fpx.core.PRIMITIVES["fma"]
 
 
 @pytest.mark.parametrize("op", ["add", "multiply", "divide", "floor_divide", "remainder", "power",
-                                "maximum", "prod", "sum", "matmul"])
+                                "maximum", "prod", "sum", "matmul", "fma"])
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
 def test_every_nan_value_of_special_operands_has_a_nan_bound(op, dtype):
     """Over every pair of special operands (±0, ±inf, NaN, huge, subnormal), an element
@@ -1743,7 +1744,8 @@ def test_every_nan_value_of_special_operands_has_a_nan_bound(op, dtype):
     a, b = (g.ravel().astype(dtype) for g in np.meshgrid(_SPECIALS, _SPECIALS))
     f = {"prod": lambda a, b: fnp.prod(fnp.stack([a, b]), axis=0),
          "sum": lambda a, b: fnp.sum(fnp.stack([a, b]), axis=0),
-         "matmul": lambda a, b: fnp.matmul(fnp.stack([a, b], axis=1), np.ones((2, 1), dtype))}
+         "matmul": lambda a, b: fnp.matmul(fnp.stack([a, b], axis=1), np.ones((2, 1), dtype)),
+         "fma": lambda a, b: _FMA.bind(a, b, np.ones_like(a))}
     with np.errstate(all="ignore"):
         iv = _iv(f.get(op, getattr(fnp, op)), a, b)
     nan = np.isnan(np.asarray(iv.value, np.float64))

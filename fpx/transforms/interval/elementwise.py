@@ -156,6 +156,7 @@ def _fma(self, prim, a, b, c):
     with np.errstate(invalid="ignore", over="ignore"):
         lo, hi = widen(plo + clo, phi + chi)
         lo, hi = self.round_result("fma", v, lo, hi, (alo, ahi), (blo, bhi), (clo, chi))
+        lo, hi = _no_claim_if_unbounded(v, lo, hi)
     return self.new(v, lo, hi, or_unstable(au, bu, cu))
 
 
