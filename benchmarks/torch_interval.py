@@ -5,11 +5,13 @@
    batch 8), eval.
 
 ``fpx.interval(module)(x)`` (the exported program is cached after the first call, as for any
-transform; each call reads the parameters afresh and computes value + bounds) against
-``module(x)`` under ``torch.no_grad()``. Target <= 4x (RENDER: 2.7x average over Triton's
-interpreter). Also timed: ``matmul="fast"`` (no exact float64 centre for point operands) and the
-exported graph executed by NumPy alone (the bound's ``value``: the floor under the interval
-transform). Timings are interleaved; medians of the repetitions, the best of the rounds.
+transform; each call reads the parameters afresh, computes the bounds around fpx's execution of
+the exported graph, and runs the module once more for its own output, the ``value``) against
+``module(x)``, both under ``torch.no_grad()``. Target <= 4x (RENDER: 2.7x average over
+Triton's interpreter). Also timed: ``matmul="fast"`` (no exact float64 centre for point
+operands), the exported graph executed by fpx alone (the rules' centres: the floor under the
+interval transform), and the interval without the module's own run (``own=None``: what the
+``value`` costs). Timings are interleaved; medians of the repetitions, the best of the rounds.
 
 ``--models``: small real models with random weights -- GPT-2, BERT, Llama and a T5 encoder
 from small transformers configs (2 layers, width 128, sequence 32, batch 2; skipped where
@@ -41,6 +43,7 @@ except ImportError:                       # torch is an optional extra: nothing 
 from _timing import allocator, parse_args, timeit  # (benchmarks/ is on sys.path)
 import fpx
 from fpx.transform import adapt
+from fpx.transforms.interval import run_interval
 
 warnings.filterwarnings("ignore")
 
@@ -70,27 +73,30 @@ def measure(name, module, x, reps, rounds=3):
         y = module(x)
     assert iv.contains(y).all() and iv_fast.contains(y).all(), \
         f"{name}: module output outside the bound"
-    ad = adapt(module, (x,))            # the exported graph run by NumPy: the bound's value
-    t_eager, t_iv, t_fast, t_np = [], [], [], []
+    ad = adapt(module, (x,))            # the exported graph run by fpx: the rules' centres
+    t_eager, t_iv, t_fast, t_np, t_fpx = [], [], [], [], []
     for _ in range(rounds):                             # interleaved
         with torch.no_grad():
             t_eager.append(timeit(lambda: module(x), reps))
-        t_iv.append(timeit(lambda: bounded(x), reps))
-        t_fast.append(timeit(lambda: fast(x), reps))
-        t_np.append(timeit(lambda: ad.fn(*ad.args), reps))
-    te, ti, tf, tn = min(t_eager), min(t_iv), min(t_fast), min(t_np)
+            t_iv.append(timeit(lambda: bounded(x), reps))
+            t_fast.append(timeit(lambda: fast(x), reps))
+            t_np.append(timeit(lambda: ad.fn(*ad.args), reps))
+            t_fpx.append(timeit(lambda: run_interval(ad.fn, ad.args, ad.kwargs, False,
+                                                     policy=ad.policy), reps))
+    te, ti, tf, tn, to = min(t_eager), min(t_iv), min(t_fast), min(t_np), min(t_fpx)
     w = np.asarray(iv.width)
     a = np.abs(y.double().numpy())
     nz = a > 0
     rel = float(np.median(w[nz] / a[nz])) if nz.any() else float("nan")
     print(f"{name}: eager {te * 1e3:.2f} ms, fpx.interval {ti * 1e3:.2f} ms -> {ti / te:.2f}x "
           f"(target <= 4x); matmul='fast' {tf * 1e3:.2f} ms -> {tf / te:.2f}x; the graph in "
-          f"NumPy alone {tn * 1e3:.2f} ms -> {tn / te:.2f}x; median width / |output| {rel:.3g} "
-          f"(nonzero outputs)")
+          f"fpx alone {tn * 1e3:.2f} ms -> {tn / te:.2f}x; without the own run {to / te:.2f}x; "
+          f"median width / |output| {rel:.3g} (nonzero outputs)")
     return dict(eager_ms=round(te * 1e3, 3), interval_ms=round(ti * 1e3, 3),
                 overhead=round(ti / te, 3), fast_ms=round(tf * 1e3, 3),
                 fast_overhead=round(tf / te, 3), numpy_graph_ms=round(tn * 1e3, 3),
-                numpy_graph_overhead=round(tn / te, 3), median_rel_width=rel)
+                numpy_graph_overhead=round(tn / te, 3), without_own_run=round(to / te, 3),
+                median_rel_width=rel)
 
 
 def _real_models():
@@ -172,7 +178,7 @@ def measure_model(name, fn, x, reps, samples=8, rounds=3):
     for _ in range(rounds):
         with torch.no_grad():
             t_eager.append(timeit(lambda: fn(x), max(reps, 10)))
-        t_iv.append(timeit(lambda: fpx.interval(fn)(x), reps))
+            t_iv.append(timeit(lambda: fpx.interval(fn)(x), reps))
     te, ti = min(t_eager), min(t_iv)
     ts = timeit(lambda: st(x), max(1, reps // 2)) / samples
     w, a = np.asarray(iv.width), np.abs(y.double().numpy())

@@ -22,7 +22,7 @@ from fpx.core import (EscapedTracerError, FpxError, UnsupportedFunctionError,  #
                       UnsupportedOpError)
 from fpx.formats import Format  # noqa: F401
 from fpx.transforms.trace import trace  # noqa: F401
-from fpx.transforms.interval import Interval, interval  # noqa: F401
+from fpx.transforms.interval import Interval, OutsideBoundWarning, interval  # noqa: F401
 from fpx.transforms.classify import Verdict, classify  # noqa: F401
 from fpx import testing  # noqa: F401
 from fpx import metrics  # noqa: F401
@@ -36,6 +36,6 @@ from fpx import probe  # noqa: F401  (imports no torch)
 
 __version__ = "0.1.0"
 __all__ = ["trace", "interval", "stochastic", "reproducible", "abft", "inject", "faults", "probe",
-           "chunked", "Interval", "classify", "Verdict",
+           "chunked", "Interval", "OutsideBoundWarning", "classify", "Verdict",
            "testing", "formats", "policy", "metrics", "numpy", "nn", "core", "Format", "FpxError",
            "UnsupportedOpError", "EscapedTracerError", "UnsupportedFunctionError", "NestingError"]

@@ -146,16 +146,20 @@ class Adapted:
     user's types; ``policy``: the precision policy that describes the framework's arithmetic on
     the inputs' device, used where the user gave none (``None``: the transform's default);
     ``framework``: ``None`` (NumPy/CuPy program, nothing converted) or ``"torch"``;
-    ``program``: the framework adapter's own object (``fpx.interop.torch.TorchProgram``).
+    ``program``: the framework adapter's own object (``fpx.interop.torch.TorchProgram``);
+    ``native()``: the user's program run by its framework on the inputs' values, its outputs
+    as arrays (``None`` where ``fn`` is the user's program itself): what a transform whose
+    ``value`` is the program's own output takes it from.
     """
 
-    __slots__ = ("fn", "args", "kwargs", "to_user", "policy", "framework", "program")
+    __slots__ = ("fn", "args", "kwargs", "to_user", "policy", "framework", "program", "native")
 
     def __init__(self, fn, args, kwargs, to_user=None, policy=None, framework=None,
-                 program=None):
+                 program=None, native=None):
         self.fn, self.args, self.kwargs = fn, tuple(args), dict(kwargs or {})
         self.to_user = to_user if to_user is not None else (lambda out: out)
         self.policy, self.framework, self.program = policy, framework, program
+        self.native = native
 
     def __repr__(self):
         return f"Adapted({getattr(self.fn, '__name__', self.fn)!r}, framework={self.framework!r})"

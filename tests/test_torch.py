@@ -262,15 +262,56 @@ def test_interval_inputs_as_intervals():
     assert iv.contains(_run(m, x + 1e-3)).all() and iv.contains(_run(m, x - 1e-3)).all()
 
 
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32, torch.bfloat16, torch.float16])
+def test_value_is_the_modules_own_output(dtype):
+    """``value`` is what ``module(x)`` gives, bit for bit, in the caller's autograd mode (an
+    eval TransformerEncoderLayer takes its fused kernel under no_grad); Interval inputs give
+    the module's output on their values; the bound holds it (the suite turns an
+    OutsideBoundWarning into a failure)."""
+    for name, make in MODELS.items():
+        m = make().to(dtype)
+        x = _inputs(name, dtype)
+        for grad in (True, False):
+            with torch.set_grad_enabled(grad):
+                iv, y = fpx.interval(m)(x), m(x)
+            assert torch.equal(iv.value, y.detach()), (name, grad)
+            assert not iv.events and iv.contains(y).all(), (name, grad)
+    x = _inputs("mlp", dtype)
+    xin = fpx.Interval(x.double().numpy() - 1e-2, x.double().numpy() + 1e-2, x)
+    m = mlp().to(dtype)
+    assert torch.equal(fpx.interval(m)(xin).value, _run(m, x))
+
+
+def test_own_run_leaves_the_callers_tensors_alone():
+    """A program that changes its input in place runs on a copy, for fpx's run and for its
+    own; each output of a structured result gets its own value."""
+    def f(x):
+        x.mul_(3.0).add_(1.0)
+        return x.exp().max(1)
+    x = torch.randn(4, 5, generator=torch.Generator().manual_seed(3))
+    before = x.clone()
+    r = fpx.interval(f)(x)
+    assert torch.equal(x, before)
+    ref = f(before.clone())
+    assert isinstance(r, torch.return_types.max)
+    assert torch.equal(r.values.value, ref.values) and torch.equal(r.indices.value, ref.indices)
+
+
 def test_torch_policy_covers_torch_gelu():
     """torch's vectorized float32 erf (inside gelu) is the A&S 7.1.26 polynomial: up to ~7e-7
-    absolute, more than NumPy's erf. The torch policy bounds it; the numpy policy would not."""
+    absolute, more than NumPy's erf. The torch policy bounds it; the numpy policy does not,
+    and the result says so: torch's own output, its value, lies outside fpx's bound there, so
+    the bound is widened to hold it, those elements are unstable and an event counts them."""
     x = torch.linspace(-5, 5, 200001)
     iv = fpx.interval(F.gelu)(x)
-    assert iv.contains(F.gelu(x)).all()
+    assert iv.contains(F.gelu(x)).all() and torch.equal(iv.value, F.gelu(x))
+    assert not iv.events and iv.unstable is None
     assert fit.TORCH_CPU.accuracy("erf", "float32").absolute > 6.9e-7
-    iv_np = fpx.interval(F.gelu, policy="numpy")(x)
-    assert not iv_np.contains(F.gelu(x)).all()
+    with pytest.warns(fpx.OutsideBoundWarning, match="outside fpx's bound"):
+        iv_np = fpx.interval(F.gelu, policy="numpy")(x)
+    (event,) = [e for e in iv_np.events if e.kind == "own-value-outside-bound"]
+    assert event.count > 1000 and int(iv_np.unstable.sum()) == event.count
+    assert iv_np.contains(F.gelu(x)).all() and torch.equal(iv_np.value, F.gelu(x))
 
 
 # ---------------------------------------------------------------------------------------------

@@ -156,13 +156,14 @@ def classify(target, reference, *args, policy=None, bound: str = "rigorous",
     opts = dict(policy=ad.policy if policy is None else policy, bound=bound,
                 confidence=confidence, branches=branches, matmul=matmul)
     t_interp, t_out = run_interval(ad.fn, ad.args, ad.kwargs, trace_floats=ad.framework is None,
-                                   **opts)
+                                   own=ad.native, **opts)
     events = list(t_interp.events)
     if callable(reference):
         rad = adapt(reference, args, kwargs)
         r_opts = dict(opts, policy=rad.policy if policy is None else policy)
         r_interp, r_out = run_interval(rad.fn, rad.args, rad.kwargs,
-                                       trace_floats=rad.framework is None, **r_opts)
+                                       trace_floats=rad.framework is None, own=rad.native,
+                                       **r_opts)
         events += [Event(e.kind, f"reference: {e.what}", e.count) for e in r_interp.events]
     else:
         rad = None

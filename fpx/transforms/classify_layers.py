@@ -196,11 +196,12 @@ def classify_layers(target, reference, *args, policy=None, bound="rigorous", con
     opts = dict(bound=bound, confidence=confidence, branches=branches, matmul=matmul)
     results = []
     for idx in range(i0, i1 + 1):
-        _, sub, ta, tk, _ = t_calls[idx]
+        _, sub, ta, tk, tout = t_calls[idx]
         _, _, ra, rk, rout = r_calls[idx]
         ins_args, ins_kwargs = _hulls((tuple(ta), dict(tk)), (tuple(ra), dict(rk)))
         ad = adapt(sub, ins_args, ins_kwargs)
         interp, t_out = run_interval(ad.fn, ad.args, ad.kwargs, trace_floats=False,
+                                     own=lambda: tout,    # the layer's output, as recorded
                                      policy=ad.policy if policy is None else policy, **opts)
         v = _compare(t_out, tree.tree_map(as_array, rout), list(interp.events), bound, too_wide)
         v.target, v.reference = ad.to_user(t_out), rout

@@ -79,12 +79,34 @@ def adapt(f, args=(), kwargs=None, *, fallback="auto", policy=None) -> Adapted:
     if tri is None and prog.mode == "dispatch" and "triton" in sys.modules and \
             os.environ.get("TRITON_INTERPRET") in ("1", "true", "True"):
         from fpx.interop import triton as tri    # launches fpx did not see run under it too
-    if tri is not None:
-        program = tri.Scoped(program)
+    native = lambda: _native(f, args, kwargs, prog)                     # noqa: E731
+    if tri is not None:    # (Triton's CPU interpreter is not the kernels' own arithmetic)
+        program, native = tri.Scoped(program), None
     return Adapted(program, a, k, lambda out: tree.tree_map(
         lambda x: _to_user_leaf(x, device), out),
         policy if policy is not None else
-        default_policy(device, device.type == "cuda" and _convolves(prog)), "torch", prog)
+        default_policy(device, device.type == "cuda" and _convolves(prog)), "torch", prog,
+        native)
+
+
+def _native(f, args, kwargs, prog):
+    """``f`` as torch runs it, on the inputs' values (an ``Interval``'s value; arrays as
+    tensors), in the caller's autograd mode (which picks some modules' kernels: an eval
+    ``TransformerEncoderLayer`` takes its fused path under ``no_grad``): its outputs as arrays
+    (``Adapted.native``). Inputs the program may change in place are cloned first, so the
+    caller's tensors are not written, as by fpx's own run (export refuses programs that change
+    their parameters or buffers)."""
+    clone = prog.exported is None or any(
+        s.kind.name == "USER_INPUT_MUTATION" for s in prog.exported.graph_signature.output_specs)
+    a, k = _pytree.tree_map(lambda x: _native_input(x, clone), (tuple(args), kwargs))
+    out = f(*a, **k)
+    return tree.tree_map(lambda t: to_array(t.detach()) if isinstance(t, torch.Tensor) else t,
+                         out)
+
+
+def _native_input(x, clone):
+    x = example(x)
+    return x.clone() if clone and isinstance(x, torch.Tensor) else x
 
 
 def _triton_launcher(f):

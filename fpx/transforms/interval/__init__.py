@@ -4,7 +4,7 @@ precision, one module per concern.
 =============  ===========================================================================
 module         owns
 =============  ===========================================================================
-result         :class:`Interval` and :class:`Event`, what users get back
+result         :class:`Interval`, :class:`Event`, :class:`OutsideBoundWarning`: what users get
 enclosure      float64 enclosures: outward widening, γ constants, one rounding into a format
 interpreter    the tracer (box or ball), the interpreter and its rule tables
 elementwise    + - * / fma, max/min, functions, steps (boxes; balls through a constant)
@@ -14,7 +14,7 @@ reductions     sums, cumsum, products, max/min, arg*, sort
 matmul         one rule for matmul, linear and conv over three strategies
 engines        the GEMM/convolution engines of the matmul rule
 nn             softmax, log_softmax, attention, layer/RMS/batch norm
-transform      the entry point, :func:`interval` and :func:`run_interval`
+transform      the entry point, :func:`interval` and :func:`run_interval`; the own value
 =============  ===========================================================================
 
 References: Zhan et al., "When AllClose Fails: Round-Off Error Estimation for Deep Learning
@@ -25,8 +25,8 @@ probabilistic bound ``λ·sqrt(n)·u``.
 from fpx.transforms.interval import (elementwise, logic, matmul, movement, nn,  # noqa: F401
                                      reductions, special)  # (register the rules)
 from fpx.transforms.interval.interpreter import IntervalInterpreter, IntervalTracer
-from fpx.transforms.interval.result import Event, Interval
+from fpx.transforms.interval.result import Event, Interval, OutsideBoundWarning
 from fpx.transforms.interval.transform import interval, run_interval
 
-__all__ = ["interval", "run_interval", "Interval", "Event", "IntervalInterpreter",
-           "IntervalTracer"]
+__all__ = ["interval", "run_interval", "Interval", "Event", "OutsideBoundWarning",
+           "IntervalInterpreter", "IntervalTracer"]

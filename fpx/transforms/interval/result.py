@@ -10,7 +10,7 @@ from fpx.core import concrete, is_cupy, to_host
 from fpx.transform import as_array
 from fpx.transforms.interval.enclosure import widen, xp_of
 
-__all__ = ["Interval", "Event"]
+__all__ = ["Interval", "Event", "OutsideBoundWarning"]
 
 
 class Interval:
@@ -165,4 +165,10 @@ class Event:
     what: str
     count: int = 1
 
+
+class OutsideBoundWarning(RuntimeWarning):
+    """A program's own output (torch's run of a module, the GPU's run of a CuPy program) lies
+    outside the bound fpx computed for it: fpx's model of some kernel does not cover what that
+    kernel computed (or the precision policy given does not describe it). The bound is widened
+    to hold the output and those elements are marked unstable; an ``Event`` counts them."""
 

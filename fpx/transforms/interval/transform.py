@@ -3,6 +3,8 @@
 :class:`Interval` objects), and runs CuPy programs with their bounds computed on host copies."""
 from __future__ import annotations
 
+import warnings
+
 import numpy as np
 
 from fpx import formats as _formats
@@ -11,7 +13,7 @@ from fpx.core import FpxError, Tracer, concrete, is_cupy, to_host
 from fpx.transform import as_array, on_host, own, run, transformed
 from fpx.transforms.interval.enclosure import as_f64, flush_inputs
 from fpx.transforms.interval.interpreter import IntervalInterpreter, IntervalTracer
-from fpx.transforms.interval.result import Interval, is_point
+from fpx.transforms.interval.result import Event, Interval, OutsideBoundWarning, is_point
 
 
 def interval(f=None, *, policy=None, branches: str = "hull", bound: str = "rigorous",
@@ -39,19 +41,25 @@ def interval(f=None, *, policy=None, branches: str = "hull", bound: str = "rigor
 
     def bounded(ad):
         return run_interval(ad.fn, ad.args, ad.kwargs, trace_floats=ad.framework is None,
-                            policy=ad.policy if policy is None else policy, branches=branches,
-                            bound=bound, confidence=confidence, matmul=matmul)[1]
+                            own=ad.native, policy=ad.policy if policy is None else policy,
+                            branches=branches, bound=bound, confidence=confidence,
+                            matmul=matmul)[1]
     return transformed(f, bounded)
 
 
-def run_interval(f, args, kwargs, trace_floats=True, **options):
+def run_interval(f, args, kwargs, trace_floats=True, own=None, **options):
     """Run ``f`` under a new :class:`IntervalInterpreter`; return (interpreter, outputs as
     Intervals). ``classify`` uses this to read the interpreter's events. ``trace_floats``:
-    Python float inputs are traced (a framework's program takes them as fixed arguments)."""
+    Python float inputs are traced (a framework's program takes them as fixed arguments).
+    ``own()``: the program's own outputs (a framework's run: torch's bits), taken as the
+    outputs' values (:func:`with_own_values`); ``None``: the values fpx's run computed."""
     if any(on_device(x) for x in tree.flatten((args, kwargs))[0]):
-        return _run_interval_from_device(f, args, kwargs, trace_floats=trace_floats, **options)
-    return run(lambda parent: IntervalInterpreter(parent, **options), _input, f, args, kwargs,
-               _output, accepts=_traced_float if trace_floats else _is_interval)
+        return _run_interval_from_device(f, args, kwargs, trace_floats=trace_floats, own=own,
+                                         **options)
+    mine = None if own is None else own()
+    interp, out = run(lambda parent: IntervalInterpreter(parent, **options), _input, f, args,
+                      kwargs, _output, accepts=_traced_float if trace_floats else _is_interval)
+    return interp, (out if own is None else with_own_values(out, mine))
 
 
 def _is_interval(x) -> bool:
@@ -114,14 +122,15 @@ def on_device(x) -> bool:
     return is_cupy(x)
 
 
-def _run_interval_from_device(f, args, kwargs, trace_floats=True, **options):
+def _run_interval_from_device(f, args, kwargs, trace_floats=True, own=None, **options):
     """CuPy inputs. The rules' NumPy calls and numba kernels are CPU code, so the bounds are
     computed on host copies of the inputs (the transfer is exact) under the ``"cupy"`` policy
     unless one is given (a torch program's default is torch's CUDA policy); the program runs
-    once more on the GPU for its own ``value``; lo, hi, value and unstable come back as CuPy
-    arrays. The GPU's result is inside the bound when the policy describes the GPU's
-    arithmetic: the bound holds for any summation order, and the policy gives the CUDA math
-    library's documented errors, CuPy's float16 accumulation and its flush-to-zero."""
+    once more on the GPU for its own ``value`` (``own()``, or ``f`` on the inputs' values);
+    lo, hi, value and unstable come back as CuPy arrays. The GPU's result is inside the bound
+    when the policy describes the GPU's arithmetic: the bound holds for any summation order,
+    and the policy gives the CUDA math library's documented errors, CuPy's float16
+    accumulation and its flush-to-zero."""
     import cupy
     leaves, td = tree.flatten((args, kwargs))
     host = [Interval._trusted(to_host(x.lo), to_host(x.hi), to_host(concrete(as_array(x.value))),
@@ -133,21 +142,63 @@ def _run_interval_from_device(f, args, kwargs, trace_floats=True, **options):
     f_host, host = on_host(f, host)
     interp, out = run_interval(f_host, *tree.unflatten(td, host), trace_floats=trace_floats,
                                **options)
-    a, k = tree.unflatten(td, plain)
-    on_gpu = f(*a, **k)
-    o_leaves, o_td = tree.flatten(out)
-    g_leaves, _ = tree.flatten(on_gpu)
-    if len(g_leaves) != len(o_leaves):
-        raise FpxError(f"fpx.interval: the program gave {len(g_leaves)} outputs on the GPU and "
-                       f"{len(o_leaves)} on the host copies")
+    if own is None:
+        a, k = tree.unflatten(td, plain)
+        own = lambda: f(*a, **k)                                        # noqa: E731
     res = []
-    for iv, g in zip(o_leaves, g_leaves):
-        if not isinstance(iv, Interval):
-            res.append(iv)
-            continue
-        g = concrete(g)
-        value = g if is_cupy(g) else cupy.asarray(iv.value)
-        un = None if iv.unstable is None else cupy.asarray(iv.unstable)
-        res.append(Interval._trusted(cupy.asarray(iv.lo), cupy.asarray(iv.hi), value, un,
-                                     iv.events))
-    return interp, tree.unflatten(o_td, res)
+    for iv in tree.flatten(with_own_values(out, own()))[0]:
+        if isinstance(iv, Interval):
+            un = None if iv.unstable is None else cupy.asarray(iv.unstable)
+            iv = Interval._trusted(cupy.asarray(iv.lo), cupy.asarray(iv.hi),
+                                   cupy.asarray(concrete(iv.value)), un, iv.events)
+        res.append(iv)
+    return interp, tree.unflatten(tree.flatten(out)[1], res)
+
+
+def with_own_values(out, own):
+    """``out`` (the run's Intervals) with each ``value`` replaced by the matching leaf of
+    ``own`` (the program's own outputs, e.g. torch's or the GPU's run), which must match in
+    number, shape and dtype. The bound holds every result round-off could give, so the own
+    output lies inside it (a NaN one where the bound is NaN, or where the element is unstable
+    with an infinite end: some executions may give NaN there). Where it does not (a kernel
+    whose arithmetic fpx's model does not cover, docs/torch.md "Limits"), the bound is widened
+    to hold it -- NaN where the own output is NaN -- those elements are marked unstable, an
+    ``own-value-outside-bound`` event says how many, and an :class:`OutsideBoundWarning` is
+    issued."""
+    o_leaves, o_td = tree.flatten(out)
+    g_leaves = tree.flatten(own)[0]
+    if len(g_leaves) != len(o_leaves):
+        raise FpxError(f"fpx.interval: the program's own run gave {len(g_leaves)} outputs and "
+                       f"fpx's run {len(o_leaves)}")
+    return tree.unflatten(o_td, [_own_value(iv, g) if isinstance(iv, Interval) else iv
+                                 for iv, g in zip(o_leaves, g_leaves)])
+
+
+def _own_value(iv, g):
+    g = concrete(as_array(g))
+    v, mine = np.asarray(to_host(g)), np.asarray(to_host(concrete(as_array(iv.value))))
+    if v.shape != mine.shape or v.dtype != mine.dtype:
+        raise FpxError(f"fpx.interval: the program's own run gave an output of shape "
+                       f"{v.shape} and dtype {v.dtype} where fpx's gave {mine.shape}, "
+                       f"{mine.dtype}")
+    lo, hi = to_host(iv.lo), to_host(iv.hi)
+    inside = (lo <= v) & (v <= hi)                          # (False at every NaN)
+    if inside.all():
+        return Interval._trusted(iv.lo, iv.hi, g, iv.unstable, iv.events)
+    v = as_f64(v)
+    claimed = ~np.isnan(lo) & ~np.isnan(hi)                 # (a NaN bound makes no claim)
+    if iv.unstable is not None:     # unstable with an infinite end: "an execution may be NaN"
+        claimed &= ~(np.isnan(v) & to_host(iv.unstable) & (np.isinf(lo) | np.isinf(hi)))
+    outside = ~inside & claimed
+    n = int(np.count_nonzero(outside))
+    if not n:
+        return Interval._trusted(iv.lo, iv.hi, g, iv.unstable, iv.events)
+    what = (f"the program's own output lies outside fpx's bound at {n} of {v.size} elements "
+            "(a kernel fpx's model does not cover); the bound is widened to hold it there "
+            "and those elements are marked unstable")
+    warnings.warn(f"fpx.interval: {what}", OutsideBoundWarning, stacklevel=4)
+    lo = np.where(outside, np.minimum(lo, v), lo)          # (NaN where the own output is)
+    hi = np.where(outside, np.maximum(hi, v), hi)
+    un = outside if iv.unstable is None else (to_host(iv.unstable) | outside)
+    event = Event("own-value-outside-bound", what, n)
+    return Interval._trusted(lo, hi, g, un, iv.events + (event,))
