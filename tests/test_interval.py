@@ -1763,6 +1763,85 @@ def test_matmul_small_radius_term_not_computed_in_float16():
     assert iv.contains(f64(at_hi))[0, 0] and iv.contains(f64(iv.value))[0, 0]
 
 
+def test_an_own_output_becomes_the_value_and_outside_the_bound_is_reported():
+    """``run_interval(..., own=...)`` (a framework's own run: torch's, the GPU's): its outputs
+    become the values; one inside the bound changes nothing else; one outside widens the bound
+    there, marks it unstable, counts it in an event and warns; a NaN own output is consistent
+    with a NaN bound (no claim) and with an unstable element whose end is infinite (NaN
+    possible), not with a finite bound."""
+    x = np.array([1.0, 2.0, 0.0, np.inf, 3.0], np.float32)
+
+    def f(a):
+        return fnp.sqrt(fnp.subtract(a, np.float32(0.5)))
+    _, plain = run_interval(f, (x,), {})
+    assert plain.unstable is None and np.isnan(plain.lo[2])           # sqrt(-0.5): NaN
+    inside = plain.value.copy()
+    _, same = run_interval(f, (x,), {}, own=lambda: inside)
+    assert same.value is inside and np.array_equal(same.lo, plain.lo, equal_nan=True)
+    assert same.unstable is None and not same.events
+    own = plain.value.copy()
+    own[0] = np.float32(7.0)                     # outside [lo, hi]
+    own[4] = np.float32(np.nan)                  # NaN where fpx claims a number
+    with pytest.warns(fpx.OutsideBoundWarning, match="at 2 of 5 elements"):
+        _, out = run_interval(f, (x,), {}, own=lambda: own)
+    assert out.value is own and out.contains(own)[0] and np.isnan(out.lo[4])
+    assert out.unstable.tolist() == [True, False, False, False, True]
+    assert [(e.kind, e.count) for e in out.events] == [("own-value-outside-bound", 2)]
+    assert np.array_equal(out.lo[1:4], plain.lo[1:4], equal_nan=True)
+    xin = Interval(np.array([-1.0]), np.array([1.0]), np.array([0.5], np.float32))
+    _, wide = run_interval(fnp.sqrt, (xin,), {})
+    assert wide.unstable[0] and np.isneginf(wide.lo[0])              # NaN possible there
+    _, nan_own = run_interval(fnp.sqrt, (xin,), {}, own=lambda: np.array([np.nan], np.float32))
+    assert np.isnan(nan_own.value[0]) and np.isneginf(nan_own.lo[0])
+    assert [e.kind for e in nan_own.events] == ["domain"]
+    with pytest.raises(fpx.FpxError, match="shape"):
+        run_interval(f, (x,), {}, own=lambda: own[:3])
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.float32, np.float16, ml_dtypes.bfloat16],
+                         ids=["f64", "f32", "f16", "bf16"])
+def test_sigmoid_rule_holds_exact_values_and_executions_within_its_decomposition(dtype):
+    """``fpx.nn.sigmoid``'s rule (the decomposition's steps on the box's ends, cut to [0, 1])
+    against mpmath's σ over the box, the program's own value, σ computed in float64 and
+    rounded once, and 1/(1 + exp(-x)) evaluated in float32 (an opmath execution, for the
+    narrow formats) -- on points and boxes, across exp's overflow and underflow, at ±inf,
+    ±0 and NaN; and no wider than the decomposition's bound."""
+    rng = np.random.default_rng(7)
+    x = np.concatenate([rng.standard_normal(300) * 8, rng.uniform(-800, 800, 100),
+                        [0.0, -0.0, np.inf, -np.inf, np.nan, -88.7, -88.8, -11.1, -11.0, 17.0,
+                         40.0, -745.0, -746.0, 1e-40, -1e-40]]).astype(dtype)
+    x64 = x.astype(np.float64)
+    mpmath.mp.prec = 113
+
+    def exact(t):
+        if np.isnan(t):
+            return np.nan
+        return 0.0 if t == -np.inf else 1.0 if t == np.inf else \
+            float(1 / (1 + mpmath.exp(-mpmath.mpf(float(t)))))
+    for r in (0.0, 0.25):
+        xin = Interval(x64 - r, x64 + r, x) if r else x
+        iv, dec = _iv(fnn.sigmoid, xin), _iv(fnn._sigmoid_decomp, xin)
+        lo, hi = iv.lo, iv.hi
+        nan = np.isnan(x64)
+        assert np.isnan(lo[nan]).all() and np.isnan(hi[nan]).all()
+        ok = ~nan
+        assert (0 <= lo[ok]).all() and (hi[ok] <= 1).all()
+        with np.errstate(all="ignore"):
+            tight = ((lo >= dec.lo) & (hi <= dec.hi))[ok]
+        assert tight.all()
+        for t in (x64 - r, x64 + r):
+            ex = np.array([exact(a) for a in t])
+            assert ((lo <= ex) & (ex <= hi))[ok].all()
+        with np.errstate(all="ignore"):
+            once = (1 / (1 + np.exp(-x64))).astype(dtype).astype(np.float64)
+            opmath = (np.float32(1) / (np.float32(1) + np.exp(-x.astype(np.float32))))
+        execs = [iv.value.astype(np.float64), once]
+        if np.dtype(dtype).itemsize <= 2:
+            execs.append(opmath.astype(dtype).astype(np.float64))
+        for y in execs:
+            assert ((lo <= y) & (y <= hi))[ok].all()
+
+
 def test_matmul_value_centred_bound_counts_the_output_rounding():
     from fpx.policy import OpPrecision
     pol = get_policy("numpy").replace(matmul=OpPrecision(compute="float32", accumulate="float32"))

@@ -1,8 +1,8 @@
 """Interval rules of the special functions that are not chains of primitives: ``lgamma``
 (the C library's), the Hurwitz ``zeta`` of polygamma and digamma's reflection term
-``pi_over_tan_pi``, bounded on their monotone pieces; and of the self-gated activations
-``silu``, ``gelu`` and ``hardswish``, whose decomposition is bounded piece by piece on a wide
-box."""
+``pi_over_tan_pi``, bounded on their monotone pieces; of ``sigmoid``, its decomposition's
+steps on the box's ends in one rule; and of the self-gated activations ``silu``, ``gelu`` and
+``hardswish``, whose decomposition is bounded piece by piece on a wide box."""
 from __future__ import annotations
 
 import math
@@ -13,7 +13,7 @@ from scipy import special as _special
 from fpx import nn_special as _sp
 from fpx.core import concrete
 from fpx.policy import Accuracy
-from fpx.transforms.interval.enclosure import LIBM64_ULPS, round_bounds, widen
+from fpx.transforms.interval.enclosure import LIBM64_ULPS, round_bounds, sign_keeping, widen
 from fpx.transforms.interval.interpreter import IntervalTracer, rule
 
 #: the root of ψ on (0, inf) (where lgamma is least), then on (-k-1, -k) for k = 0, 1, ...
@@ -214,6 +214,36 @@ def _pi_over_tan_pi(self, prim, r):
         nan = np.isnan(lo) | np.isnan(hi)
         glo, ghi = np.where(nan, np.nan, glo), np.where(nan, np.nan, ghi)
     return self.new(v, glo, ghi, u)
+
+
+@rule("sigmoid")
+def _sigmoid(self, prim, x):
+    """σ(x) = 1/(1 + exp(-x)) as the program computes it -- exp, add and div, each rounded into
+    x's format with the policy's accuracy -- in one rule instead of four traced steps: x occurs
+    once and each step is monotone, so the decomposition's interval arithmetic runs on the
+    box's two ends: e in [exp(-hi), exp(-lo)] (NumPy's float64 exp widened by the libm's error,
+    then the program's exp rounding, at least 0), d = 1 + e rounded, y = 1/d rounded, the ends
+    swapping at each decreasing step. An exp that may overflow makes d inf and the lower end 0,
+    as the program's 1/inf is. Where the division is faithful, every result lies in [0, 1]
+    (d >= 1) and the bound is cut to it; NaN stays NaN."""
+    v = self.value_of(prim, (x,), {})
+    F = self.fmt(np.asarray(concrete(v)).dtype)
+    if F is None:
+        return prim.decomposition(x)
+    lo, hi, u, _ = self.bounds(x)
+    with np.errstate(all="ignore"):
+        lo, hi = np.asarray(lo, np.float64), np.asarray(hi, np.float64)
+        elo, ehi = round_bounds(np.exp(-hi), np.exp(-lo), F, self.accuracy("exp", F),
+                                ((-hi, -lo),), steps=LIBM64_ULPS, consume=True)
+        elo = np.maximum(elo, 0.0)                   # exp's image (NaN stays NaN)
+        dlo, dhi = round_bounds(1.0 + elo, 1.0 + ehi, F, self.accuracy("add", F),
+                                ((elo, ehi), (1.0, 1.0)), steps=1, consume=True)
+        div = self.accuracy("div", F)
+        ylo, yhi = round_bounds(1.0 / dhi, 1.0 / dlo, F, div, ((1.0, 1.0), (dlo, dhi)),
+                                steps=1, consume=True)
+        if sign_keeping(div):        # a faithful 1/d of d >= 1 lies in [0, 1]
+            ylo, yhi = np.maximum(ylo, 0.0), np.minimum(yhi, 1.0)
+    return self.new(v, ylo, yhi, u)
 
 
 #: where the decomposition x·g(x) of silu and gelu is bounded piece by piece (exact in every
