@@ -148,8 +148,9 @@ class Adapted:
     ``framework``: ``None`` (NumPy/CuPy program, nothing converted) or ``"torch"``;
     ``program``: the framework adapter's own object (``fpx.interop.torch.TorchProgram``);
     ``native()``: the user's program run by its framework on the inputs' values, its outputs
-    as arrays (``None`` where ``fn`` is the user's program itself): what a transform whose
-    ``value`` is the program's own output takes it from.
+    as arrays: what a transform whose ``value`` is the program's own output takes it from
+    (``None`` where ``fn`` is the user's program itself, or where the framework's run is not
+    the program's arithmetic: Triton kernels under Triton's CPU interpreter).
     """
 
     __slots__ = ("fn", "args", "kwargs", "to_user", "policy", "framework", "program", "native")
