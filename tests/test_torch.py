@@ -312,6 +312,14 @@ def test_torch_policy_covers_torch_gelu():
     (event,) = [e for e in iv_np.events if e.kind == "own-value-outside-bound"]
     assert event.count > 1000 and int(iv_np.unstable.sum()) == event.count
     assert iv_np.contains(F.gelu(x)).all() and torch.equal(iv_np.value, F.gelu(x))
+    # a reference off by 0.5 somewhere: a bug under torch's policy; under the numpy policy,
+    # whose bound torch's own output left, no proof of one
+    ref = F.gelu(x).clone()
+    ref[100] += 0.5
+    assert fpx.classify(F.gelu, ref, x).kind == "bug"
+    with pytest.warns(fpx.OutsideBoundWarning):
+        v = fpx.classify(F.gelu, ref, x, policy="numpy")
+    assert v.kind == "inconclusive" and "so did the program's own output" in v.report()
 
 
 # ---------------------------------------------------------------------------------------------

@@ -157,14 +157,15 @@ def classify(target, reference, *args, policy=None, bound: str = "rigorous",
                 confidence=confidence, branches=branches, matmul=matmul)
     t_interp, t_out = run_interval(ad.fn, ad.args, ad.kwargs, trace_floats=ad.framework is None,
                                    own=ad.native, **opts)
-    events = list(t_interp.events)
+    events = list(t_interp.events) + own_value_events(t_out)
     if callable(reference):
         rad = adapt(reference, args, kwargs)
         r_opts = dict(opts, policy=rad.policy if policy is None else policy)
         r_interp, r_out = run_interval(rad.fn, rad.args, rad.kwargs,
                                        trace_floats=rad.framework is None, own=rad.native,
                                        **r_opts)
-        events += [Event(e.kind, f"reference: {e.what}", e.count) for e in r_interp.events]
+        events += [Event(e.kind, f"reference: {e.what}", e.count)
+                   for e in list(r_interp.events) + own_value_events(r_out)]
     else:
         rad = None
         r_out = tree.tree_map(as_array, reference)
@@ -175,6 +176,13 @@ def classify(target, reference, *args, policy=None, bound: str = "rigorous",
     else:
         v.reference = reference
     return v
+
+
+def own_value_events(out):
+    """The ``own-value-outside-bound`` events of a run's Intervals (``with_own_values``): the
+    program's own output lay outside fpx's bound, so fpx's model misses a kernel there."""
+    return [e for iv in tree.flatten(out)[0] if isinstance(iv, Interval) for e in iv.events
+            if e.kind == "own-value-outside-bound"]
 
 
 def _note_narrow_reference(v, i, t_value, r):
@@ -324,12 +332,14 @@ def _record_outside(v, i, outside, tv, rv, tlo, thi, rlo, rhi, half):
 
 def _conclude(v, events, n_nan, n_inf, n_wide, too_wide) -> Verdict:
     """The verdict's kind and reasons from the counts :func:`_compare` gathered: bug where a
-    reference lies outside a finite bound and no event voids the bound, inconclusive where
-    anything is undecided, roundoff otherwise."""
+    reference lies outside a finite bound and no event voids the bound (control flow the bound
+    does not cover; the program's own output outside it: fpx's model misses a kernel, so the
+    bound may be too narrow), inconclusive where anything is undecided, roundoff otherwise."""
     control = any(e.kind in ("unstable-control-flow", "escaped-value", "untraced-output")
                   for e in events)
+    gap = any(e.kind == "own-value-outside-bound" for e in events)
     int_unstable = any("integer" in r for r in v.reasons)
-    if v.n_outside and not control:
+    if v.n_outside and not control and not gap:
         v.kind = "bug"
         v.reasons.append(f"{v.n_outside} reference element(s) lie outside a finite bound "
                          "that contains every result round-off could produce")
@@ -341,6 +351,11 @@ def _conclude(v, events, n_nan, n_inf, n_wide, too_wide) -> Verdict:
                              "finite: round-off alone cannot overflow there")
     elif v.n_outside or v.n_undecided or control or int_unstable:
         v.kind = "inconclusive"
+        if v.n_outside and gap:
+            v.reasons.append(f"{v.n_outside} reference element(s) lie outside the bound, but "
+                             "so did the program's own output (a kernel fpx's model does not "
+                             "cover, or a policy that does not describe it): the bound may be "
+                             "too narrow, so this proves no bug")
         if v.n_undecided > n_wide:
             v.reasons.append(f"{v.n_undecided - n_wide} element(s) cannot be decided: infinite "
                              "or NaN bounds, or an integer decided by an unstable comparison")

@@ -15,7 +15,7 @@ import numpy as np
 from fpx import tree
 from fpx.core import FpxError, concrete, to_host
 from fpx.transform import adapt, as_array
-from fpx.transforms.classify import Verdict, _compare
+from fpx.transforms.classify import Verdict, _compare, own_value_events
 from fpx.transforms.interval import Interval, run_interval
 
 __all__ = ["classify_layers", "LayerVerdict"]
@@ -203,7 +203,8 @@ def classify_layers(target, reference, *args, policy=None, bound="rigorous", con
         interp, t_out = run_interval(ad.fn, ad.args, ad.kwargs, trace_floats=False,
                                      own=lambda: tout,    # the layer's output, as recorded
                                      policy=ad.policy if policy is None else policy, **opts)
-        v = _compare(t_out, tree.tree_map(as_array, rout), list(interp.events), bound, too_wide)
+        v = _compare(t_out, tree.tree_map(as_array, rout),
+                     list(interp.events) + own_value_events(t_out), bound, too_wide)
         v.target, v.reference = ad.to_user(t_out), rout
         results.append((labels[idx], v))
     roles = {labels[i]: t_calls[i][0] in composite for i in range(i0, i1 + 1)}
