@@ -194,8 +194,8 @@ def _own_value(iv, g):
     if not n:
         return Interval._trusted(iv.lo, iv.hi, g, iv.unstable, iv.events)
     what = (f"the program's own output lies outside fpx's bound at {n} of {v.size} elements "
-            "(a kernel fpx's model does not cover); the bound is widened to hold it there "
-            "and those elements are marked unstable")
+            "(a kernel fpx's model does not cover, or a policy that does not describe it); the "
+            "bound is widened to hold it there and those elements are marked unstable")
     warnings.warn(f"fpx.interval: {what}", OutsideBoundWarning, stacklevel=4)
     lo = np.where(outside, np.minimum(lo, v), lo)          # (NaN where the own output is)
     hi = np.where(outside, np.maximum(hi, v), hi)
