@@ -10,12 +10,12 @@ Row check, with weights r1 = 1 and r2 = (1, ..., N):
 A row is *detected* when |D1| exceeds its threshold, or when C's row is not finite while its
 checksum is and its clean recomputation is finite (where that overflows too, the output format
 does: the row is unverified). The faulty column is located by j = D2/D1 - 1 (0-based; a
-non-finite row: its one non-finite element). Correction under the single-error model recomputes that one element (a
-K-term dot product; C_ij - D1 would lose it when the fault is large, as the row sum absorbs the
-rest) and re-verifies the row. Where D2 overflows (a fault near the format's largest value),
-the row's one non-finite element, else its largest one, is the suspect -- the re-verification
-decides; where the location does not hold (two faults in a row), the
-row is recomputed. The column check is the row check of C^T = B^T A^T. The sums (and the
+non-finite row: its one non-finite element). Correction under the single-error model
+recomputes that one element (a K-term dot product; C_ij - D1 would lose it when the fault is
+large, as the row sum absorbs the rest) and re-verifies the row. Where D2 overflows (a fault
+near the format's largest value), the row's one non-finite element, else its largest one, is
+the suspect -- the re-verification decides; where the location does not hold (two faults in a
+row), the row is recomputed. The column check is the row check of C^T = B^T A^T. The sums (and the
 thresholds' operand statistics) come from :mod:`.sums`: one fused pass over B, A and C each.
 """
 from __future__ import annotations
