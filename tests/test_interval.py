@@ -1636,6 +1636,53 @@ def test_an_input_interval_must_contain_its_value():
     assert iv.contains(v @ w).all()
 
 
+def test_an_intervals_midpoint_and_default_value_lie_inside_it():
+    """``Interval(lo, hi)`` takes the midpoint as its value and ``.midpoint`` reports it: for
+    huge finite ends (lo + hi)/2 overflowed to inf, outside a finite box; a point keeps its
+    value (subnormals too), a half-line's midpoint is its infinite end, [-inf, inf]'s NaN."""
+    big = np.finfo(np.float64).max
+    lo = np.array([1e308, -big, 5e-324, 1.0, -np.inf, -np.inf, np.nan, -3.0])
+    hi = np.array([1.5e308, -1e308, 5e-324, np.inf, 2.0, np.inf, 1.0, 1.0])
+    iv = fpx.Interval(lo, hi)
+    m = iv.midpoint
+    assert np.array_equal(m, iv.value, equal_nan=True)
+    assert np.all((lo[:5] <= m[:5]) & (m[:5] <= hi[:5]))
+    assert m[0] == 1.25e308 and m[2] == 5e-324 and m[3] == np.inf and m[4] == -np.inf
+    assert np.isnan(m[5]) and np.isnan(m[6]) and m[7] == -1.0
+    assert fpx.Interval(2.0, 4.0).midpoint == 3.0
+
+
+def test_cast_to_bool_is_certain_only_where_zero_is_outside_or_the_only_value():
+    """astype(bool) of a box: True where 0 is outside it, False where it is exactly [0, 0],
+    [0, 1] and unstable where it holds 0 and more; the program's own value inside."""
+    x = np.array([0.5, -2.0, 0.0, 1e-3, -1e-3])
+    lo = np.array([0.25, -3.0, 0.0, -1e-3, -1e-3])
+    hi = np.array([1.0, -1.0, 0.0, 1e-3, 0.0])
+    iv = fpx.interval(lambda a: fnp.astype(a, np.bool_))(fpx.Interval(lo, hi, x))
+    assert iv.value.dtype == np.bool_ and iv.contains(iv.value).all()
+    assert np.array_equal(iv.lo, [1, 1, 0, 0, 0]) and np.array_equal(iv.hi, [1, 1, 0, 1, 1])
+    assert np.array_equal(iv.unstable, [False, False, False, True, True])
+    pt = fpx.interval(lambda a: fnp.astype(a, np.bool_))(x)       # points: exact
+    assert np.array_equal(pt.lo, x != 0) and np.array_equal(pt.hi, x != 0)
+    assert pt.unstable is None or not np.any(pt.unstable)
+
+
+def test_max_min_under_concrete_branches_follow_the_operand_the_program_chose():
+    """RENDER's observed-branch semantics: max/min take the bounds of the operand whose value
+    the program returned (unsound where the other could win: the hull rule's max of the ends
+    covers it)."""
+    a = fpx.Interval(np.array([0.0, 5.0]), np.array([2.0, 6.0]), np.array([1.5, 5.5]))
+    b = fpx.Interval(np.array([1.0, 0.0]), np.array([1.2, 1.0]), np.array([1.1, 0.5]))
+    for name, f in (("max", fnp.maximum), ("min", fnp.minimum)):
+        hull = fpx.interval(lambda p, q: f(p, q))(a, b)
+        conc = fpx.interval(lambda p, q: f(p, q), branches="concrete")(a, b)
+        pick_a = (a.value >= b.value) if name == "max" else (a.value <= b.value)
+        assert np.array_equal(conc.lo, np.where(pick_a, a.lo, b.lo))
+        assert np.array_equal(conc.hi, np.where(pick_a, a.hi, b.hi))
+        g = np.maximum if name == "max" else np.minimum
+        assert np.array_equal(hull.lo, g(a.lo, b.lo)) and np.array_equal(hull.hi, g(a.hi, b.hi))
+
+
 # =============================================================================================
 # 4. Regressions: soundness bugs the property tests found in fpx.interval
 # =============================================================================================
@@ -2315,6 +2362,65 @@ def test_batch_norm_rule_is_its_decomposition_in_one_pass(dt):
             assert out.lo[idx] <= e <= out.hi[idx]
 
 
+def _max_of_others(a, ax):
+    """max over the axis of every element but the one itself (the row's largest, or for the
+    first position of the largest the second largest)."""
+    first = np.argmax(a, axis=ax, keepdims=True)
+    m1 = np.take_along_axis(a, first, axis=ax)
+    pos = np.arange(a.shape[ax]).reshape([-1 if d == ax % a.ndim else 1 for d in range(a.ndim)])
+    m2 = np.max(np.where(pos == first, -np.inf, a), axis=ax, keepdims=True)
+    return np.where(pos == first, m2, m1)
+
+
+def _softmax_bounds_reference(lo, hi, ax, n, r_s, a_s, k, r_e, a_e, r_d, a_d, dlow, dhigh):
+    """The softmax rule's bound (``fpx.transforms.interval.nn._softmax``) in array operations:
+    the reference its compiled row kernel ``KN.softmax_bounds`` is tested against."""
+    with np.errstate(all="ignore"):
+        # the subtraction x - max(x) rounds: an input perturbation of r_s |x - M| + a_s
+        mlo = np.max(lo, axis=ax, keepdims=True)
+        mhi = np.max(hi, axis=ax, keepdims=True)
+        dist = np.maximum(np.abs(lo - mhi), np.abs(hi - mlo))
+        pert = (r_s * dist + a_s) * (1 + k)
+        xl, xh = lo - pert, hi + pert
+        xl, xh = xl - k * np.abs(xl) - ivenc.TINY64, xh + k * np.abs(xh) + ivenc.TINY64
+        # exact softmax range over the box, in float64 with outward error allowances
+        m = np.max(xh, axis=ax, keepdims=True)
+        dl, dh = xl - m, xh - m
+        rho_l = (ivenc.LIBM64_ULPS + 4 + np.abs(dl)) * ivenc.E64
+        rho_h = (ivenc.LIBM64_ULPS + 4 + np.abs(dh)) * ivenc.E64
+        el = np.exp(dl) * (1 - rho_l)
+        eh = np.exp(dh) * (1 + rho_h)
+        g64 = ivenc.gamma(n + 2, 2.0 ** -53)
+        sh = np.sum(eh, axis=ax, keepdims=True) * (1 + g64)
+        sl = np.sum(el, axis=ax, keepdims=True) * (1 - g64)
+        others_hi = (sh - eh) * (1 + 2 * ivenc.E64)
+        others_lo = np.maximum((sl - el) * (1 - 2 * ivenc.E64), 0.0)
+        plo = np.maximum(el / (el + others_hi) * (1 - 4 * ivenc.E64), 0.0)
+        phi = eh / (eh + others_lo) * (1 + 4 * ivenc.E64)
+        # where the exps underflow (a box far wider than float64's exp range), in the log
+        # domain: the ratio is at least 1/(1 + (n-1)·exp(max_{k != j} dh_k - dl_j)) and, the
+        # denominator being at least its largest term, at most exp(dh_j - max(dh_j, max_{k != j} dl_k))
+        t = _max_of_others(dh, ax) - dl
+        # (t = -inf: no other element, n = 1; exp's error factor would make 0·inf NaN)
+        et = np.where(t == -np.inf, 0.0,
+                      np.exp(t) * (1 + (ivenc.LIBM64_ULPS + 4 + np.abs(t)) * ivenc.E64) + ivenc.TINY64)
+        plo = np.where(el == 0, np.maximum(1.0 / (1.0 + (n - 1) * et * (1 + 2 * ivenc.E64))
+                                           * (1 - 4 * ivenc.E64), 0.0), plo)
+        t = dh - np.maximum(dh, _max_of_others(dl, ax))
+        phi = np.where(eh + others_lo == 0,
+                       np.exp(t) * (1 + (ivenc.LIBM64_ULPS + 4 + np.abs(t)) * ivenc.E64) + ivenc.TINY64, phi)
+        phi = np.minimum(phi, 1.0)
+        # the evaluation's errors: exp (relative r_e, absolute a_e), the sum (gamma, beta:
+        # dlow/dhigh), the division; the exact sum is >= 1 (the max's own term is exp(0))
+        nl = plo * (1 - r_e) - a_e
+        nh = phi * (1 + r_e) + a_e
+        qlo = np.where(nl >= 0, nl / dhigh, nl / dlow)
+        qhi = nh / dlow
+        ylo = (qlo * (1 - r_d) - a_d) * (1 - k) - np.abs(qlo) * k - ivenc.TINY64
+        yhi = (qhi * (1 + r_d) + a_d) * (1 + k) + ivenc.TINY64
+    return ylo, yhi
+
+
 def test_softmax_rule_kernel_matches_its_array_form_and_is_sound():
     """The softmax rule's compiled row loop against the same bound in array operations, and
     against exact softmaxes of points in the box (mpmath)."""
@@ -2330,7 +2436,7 @@ def test_softmax_rule_kernel_matches_its_array_form_and_is_sound():
         args = (1e-7, 1e-45, 16 * 2.0 ** -52, 2e-7, 1e-45, 4e-7, 2e-45, 0.99, 1.01)
         klo, khi = KN.softmax_bounds((np.moveaxis(lo, ax, -1), np.moveaxis(hi, ax, -1)), *args,
                                      ivenc.gamma(n + 2, 2.0 ** -53), ivenc.LIBM64_ULPS)
-        nlo, nhi = ivnn._softmax_bounds_np(np.moveaxis(lo, ax, -1), np.moveaxis(hi, ax, -1),
+        nlo, nhi = _softmax_bounds_reference(np.moveaxis(lo, ax, -1), np.moveaxis(hi, ax, -1),
                                              -1, n, *args)
         assert np.allclose(klo, nlo, rtol=1e-12, atol=1e-300)
         assert np.allclose(khi, nhi, rtol=1e-12, atol=1e-300)
@@ -2391,7 +2497,7 @@ def test_softmax_of_boxes_past_exps_range_stays_finite_and_sound(scale):
     args = (1e-7, 1e-45, 16 * 2.0 ** -52, 2e-7, 1e-45, 4e-7, 2e-45, 0.99, 1.01)
     g = ivenc.gamma(7, 2.0 ** -53)
     klo, khi = KN.softmax_bounds((xi.lo, xi.hi), *args, g, ivenc.LIBM64_ULPS)
-    nlo, nhi = ivnn._softmax_bounds_np(xi.lo, xi.hi, -1, 5, *args)
+    nlo, nhi = _softmax_bounds_reference(xi.lo, xi.hi, -1, 5, *args)
     assert np.allclose(klo, nlo, rtol=1e-12, atol=1e-300)
     assert np.allclose(khi, nhi, rtol=1e-12, atol=1e-300)
     mpmath.mp.prec = 80
@@ -2421,7 +2527,7 @@ def test_softmax_of_one_element_rows_with_wide_boxes_is_about_one():
     args = (2.0 ** -11, 2.0 ** -24, 16 * 2.0 ** -52, 2e-7, 1e-45, 4e-7, 2e-45, 0.99, 1.01)
     klo, khi = KN.softmax_bounds((lo, hi), *args, ivenc.gamma(3, 2.0 ** -53),
                                  ivenc.LIBM64_ULPS)
-    nlo, nhi = ivnn._softmax_bounds_np(lo, hi, -1, 1, *args)
+    nlo, nhi = _softmax_bounds_reference(lo, hi, -1, 1, *args)
     assert not np.isnan(klo).any() and np.allclose(klo, nlo, rtol=1e-12)
     assert np.allclose(khi, nhi, rtol=1e-12)
 

@@ -34,8 +34,7 @@ class Interval:
         if bool((self.lo > self.hi).any()):
             raise ValueError("Interval: lo > hi somewhere")
         if value is None:
-            with np.errstate(invalid="ignore"):     # [-inf, inf]: a NaN midpoint
-                value = (self.lo + self.hi) / 2
+            value = midpoint(self.lo, self.hi)
         else:
             _check_value_inside(value, self.lo, self.hi)
         self.value = value
@@ -107,7 +106,8 @@ class Interval:
 
     @property
     def midpoint(self):
-        return (self.lo + self.hi) / 2
+        """``(lo + hi)/2`` elementwise, inside the bounds (see :func:`midpoint`)."""
+        return midpoint(self.lo, self.hi)
 
     def contains(self, y):
         """Elementwise ``lo <= y <= hi``; NaN bounds or NaN ``y`` give False (never "inside")."""
@@ -131,6 +131,17 @@ class Interval:
             els = ", ".join(f"[{a:.9g}, {b:.9g}]" for a, b in zip(lo.ravel(), hi.ravel()))
             return f"{head}\n  {els}"
         return head
+
+
+def midpoint(lo, hi):
+    """``(lo + hi)/2`` of float64 bounds, inside them: ``lo/2 + hi/2`` where both ends are finite
+    and their sum overflows ([1e308, 1.5e308] is not centred on inf); a half-line's midpoint is
+    its infinite end, [-inf, inf]'s NaN."""
+    xp = xp_of(lo)
+    with np.errstate(invalid="ignore", over="ignore"):
+        m = (lo + hi) / 2
+        over = xp.isinf(m) & xp.isfinite(lo) & xp.isfinite(hi)
+        return xp.where(over, lo / 2 + hi / 2, m) if bool(over.any()) else m
 
 
 def _check_value_inside(value, lo, hi):
