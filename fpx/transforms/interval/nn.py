@@ -12,9 +12,8 @@ from fpx import nn as _nn
 from fpx.core import EvalInterpreter, concrete, is_cupy, using
 from fpx.kernels import interval as _K
 from fpx.kernels import interval_nn as _KN
-from fpx.transforms.interval.enclosure import (E64, LIBM64_ULPS, TINY64, as_f64, gamma,
-                                               or_unstable, overflow, rounding_terms,
-                                               sign_keeping, up, xp_of)
+from fpx.transforms.interval.enclosure import (E64, LIBM64_ULPS, as_f64, gamma, or_unstable,
+                                               overflow, rounding_terms, sign_keeping, up)
 from fpx.transforms.interval.interpreter import ball_rule, rule
 from fpx.transforms.interval.reductions import acc_delta, count
 
@@ -73,11 +72,14 @@ def _softmax(self, prim, x, *, axis=-1, stored=None):
         if any(a.input_dependent for a in accs) or \
                 self.accuracy("reduce_sum", Facc).input_dependent:
             accs = None
-    if accs is None or not (ball or (all_finite(lo) and all_finite(hi))):
+    nd = np.ndim(vx)
+    ax = axis % nd if nd and -nd <= axis < nd else None
+    n = 0 if ax is None else np.shape(vx)[ax]       # (no axis or no element: decomposition)
+    if accs is None or n == 0 or not (ball or (
+            isinstance(lo, np.ndarray) and isinstance(hi, np.ndarray)
+            and all_finite(lo) and all_finite(hi))):
         return prim.decomposition(x, axis=axis, stored=stored)
     v = self.value_of(prim, (x,), {"axis": axis, "stored": stored})
-    ax = axis % np.ndim(vx)
-    n = np.shape(vx)[ax]
     (r_s, a_s), (r_e, a_e), (r_d, a_d) = (rel_abs(a, F) for a in accs)
     gam = self.gamma(max(n - 1, 0), acc_delta(self, "reduce_sum", Facc))
     beta = n * Facc.smallest_subnormal
@@ -92,75 +94,12 @@ def _softmax(self, prim, x, *, axis=-1, stored=None):
         r_c, a_c = rel_abs(self.accuracy("cast", self.fmt(stored)), self.fmt(stored))
         r_d, a_d = r_d + r_c + r_d * r_c, a_d + a_c * (1 + r_d) / dlow
     un = None if u is None else np.broadcast_to(np.any(u, axis=ax, keepdims=True), np.shape(vx))
-    if ball or (isinstance(lo, np.ndarray) and isinstance(hi, np.ndarray) and n > 0):
-        # the same bound, one row at a time in a compiled loop (kernels/interval_nn.py)
-        xk = (np.moveaxis(vx, ax, -1), np.moveaxis(x.rad, ax, -1), x.top) if ball else \
-            (np.moveaxis(lo, ax, -1), np.moveaxis(hi, ax, -1))
-        ylo, yhi = _KN.softmax_bounds(xk, r_s, a_s, k, r_e, a_e, r_d, a_d, dlow, dhigh,
-                                      gamma(n + 2, 2.0 ** -53), LIBM64_ULPS)
-        return self.new(v, np.moveaxis(ylo, -1, ax), np.moveaxis(yhi, -1, ax), un)
-    return self.new(v, *_softmax_bounds_np(lo, hi, ax, n, r_s, a_s, k, r_e, a_e, r_d, a_d, dlow,
-                                           dhigh), un)
-
-
-def _max_of_others(a, ax):
-    """max over the axis of every element but the one itself (the row's largest, or for the
-    first position of the largest the second largest)."""
-    xp = xp_of(a)
-    first = xp.argmax(a, axis=ax, keepdims=True)
-    m1 = xp.take_along_axis(a, first, axis=ax)
-    pos = xp.arange(a.shape[ax]).reshape([-1 if d == ax % a.ndim else 1 for d in range(a.ndim)])
-    m2 = xp.max(xp.where(pos == first, -xp.inf, a), axis=ax, keepdims=True)
-    return xp.where(pos == first, m2, m1)
-
-
-def _softmax_bounds_np(lo, hi, ax, n, r_s, a_s, k, r_e, a_e, r_d, a_d, dlow, dhigh):
-    """The softmax rule's bound in array operations (any backend; the reference for
-    ``_KN.softmax_bounds``)."""
-    with np.errstate(all="ignore"):
-        # the subtraction x - max(x) rounds: an input perturbation of r_s |x - M| + a_s
-        mlo = np.max(lo, axis=ax, keepdims=True)
-        mhi = np.max(hi, axis=ax, keepdims=True)
-        dist = np.maximum(np.abs(lo - mhi), np.abs(hi - mlo))
-        pert = (r_s * dist + a_s) * (1 + k)
-        xl, xh = lo - pert, hi + pert
-        xl, xh = xl - k * np.abs(xl) - TINY64, xh + k * np.abs(xh) + TINY64
-        # exact softmax range over the box, in float64 with outward error allowances
-        m = np.max(xh, axis=ax, keepdims=True)
-        dl, dh = xl - m, xh - m
-        rho_l = (LIBM64_ULPS + 4 + np.abs(dl)) * E64
-        rho_h = (LIBM64_ULPS + 4 + np.abs(dh)) * E64
-        el = np.exp(dl) * (1 - rho_l)
-        eh = np.exp(dh) * (1 + rho_h)
-        g64 = gamma(n + 2, 2.0 ** -53)
-        sh = np.sum(eh, axis=ax, keepdims=True) * (1 + g64)
-        sl = np.sum(el, axis=ax, keepdims=True) * (1 - g64)
-        others_hi = (sh - eh) * (1 + 2 * E64)
-        others_lo = np.maximum((sl - el) * (1 - 2 * E64), 0.0)
-        plo = np.maximum(el / (el + others_hi) * (1 - 4 * E64), 0.0)
-        phi = eh / (eh + others_lo) * (1 + 4 * E64)
-        # where the exps underflow (a box far wider than float64's exp range), in the log
-        # domain: the ratio is at least 1/(1 + (n-1)·exp(max_{k != j} dh_k - dl_j)) and, the
-        # denominator being at least its largest term, at most exp(dh_j - max(dh_j, max_{k != j} dl_k))
-        t = _max_of_others(dh, ax) - dl
-        # (t = -inf: no other element, n = 1; exp's error factor would make 0·inf NaN)
-        et = np.where(t == -np.inf, 0.0,
-                      np.exp(t) * (1 + (LIBM64_ULPS + 4 + np.abs(t)) * E64) + TINY64)
-        plo = np.where(el == 0, np.maximum(1.0 / (1.0 + (n - 1) * et * (1 + 2 * E64))
-                                           * (1 - 4 * E64), 0.0), plo)
-        t = dh - np.maximum(dh, _max_of_others(dl, ax))
-        phi = np.where(eh + others_lo == 0,
-                       np.exp(t) * (1 + (LIBM64_ULPS + 4 + np.abs(t)) * E64) + TINY64, phi)
-        phi = np.minimum(phi, 1.0)
-        # the evaluation's errors: exp (relative r_e, absolute a_e), the sum (gamma, beta:
-        # dlow/dhigh), the division; the exact sum is >= 1 (the max's own term is exp(0))
-        nl = plo * (1 - r_e) - a_e
-        nh = phi * (1 + r_e) + a_e
-        qlo = np.where(nl >= 0, nl / dhigh, nl / dlow)
-        qhi = nh / dlow
-        ylo = (qlo * (1 - r_d) - a_d) * (1 - k) - np.abs(qlo) * k - TINY64
-        yhi = (qhi * (1 + r_d) + a_d) * (1 + k) + TINY64
-    return ylo, yhi
+    # one row at a time in a compiled loop (kernels/interval_nn.py)
+    xk = (np.moveaxis(vx, ax, -1), np.moveaxis(x.rad, ax, -1), x.top) if ball else \
+        (np.moveaxis(lo, ax, -1), np.moveaxis(hi, ax, -1))
+    ylo, yhi = _KN.softmax_bounds(xk, r_s, a_s, k, r_e, a_e, r_d, a_d, dlow, dhigh,
+                                  gamma(n + 2, 2.0 ** -53), LIBM64_ULPS)
+    return self.new(v, np.moveaxis(ylo, -1, ax), np.moveaxis(yhi, -1, ax), un)
 
 
 @rule("scaled_dot_product_attention")
