@@ -1667,6 +1667,38 @@ def test_cast_to_bool_is_certain_only_where_zero_is_outside_or_the_only_value():
     assert pt.unstable is None or not np.any(pt.unstable)
 
 
+def test_truth_of_float_intervals_holds_every_execution():
+    """logical_and/or/xor/not, astype(bool) and where's condition on float intervals: an
+    interval holding 0 and other values is possibly true and possibly false. The rules read
+    ``lo != 0`` as
+    "certainly true", so [-1, 1] about 0.0 was certainly true while the program's own value
+    was False; and an interval with a NaN end (log of [-1, 2]: executions may give NaN) was
+    certainly true or false by the NaN alone. Every point of the box, run by NumPy, is inside."""
+    lo = np.array([-1.0, 0.5, 0.0, -0.0, -2.0, -1.0])
+    hi = np.array([1.0, 3.0, 0.0, 0.0, -1.0, 0.0])
+    x = np.array([0.0, 1.0, 0.0, -0.0, -1.5, -0.5])
+    y = np.array([1.0, 0.0, 1.0, 0.0, 0.0, 1.0])
+    ops = {"and": np.logical_and, "or": np.logical_or, "xor": np.logical_xor}
+    for name, g in ops.items():
+        iv = fpx.interval(lambda a, g=g: g(a, y))(fpx.Interval(lo, hi, x))
+        assert iv.contains(iv.value).all(), name
+        for t in (0.0, 0.5, 1.0, x):
+            p = lo + t * (hi - lo) if not isinstance(t, np.ndarray) else t
+            assert iv.contains(g(p, y)).all(), (name, t)
+        assert np.array_equal(iv.unstable if iv.unstable is not None else np.zeros(6, bool),
+                              [name != "or", False, False, False, False, name != "or"]), name
+    for g in (np.logical_not, lambda a: a.astype(np.bool_), lambda a: np.where(a, 5.0, -5.0)):
+        iv = fpx.interval(g)(fpx.Interval(lo, hi, x))
+        for p in (lo, hi, x, (lo + hi) / 2):
+            assert iv.contains(g(p)).all()
+    box = fpx.Interval(np.array([-1.0, 0.5]), np.array([2.0, 3.0]), np.array([1.0, 1.0]))
+    for g in (np.logical_not, lambda a: a.astype(np.bool_)):
+        iv = fpx.interval(lambda a, g=g: g(np.log(a)))(box)
+        assert iv.contains(iv.value).all() and np.all(iv.lo == 0) and np.all(iv.hi == 1)
+    iv = fpx.interval(lambda a: np.where(np.log(a), 5.0, -5.0))(box)
+    assert np.all(iv.lo <= -5) and np.all(iv.hi >= 5) and iv.unstable.all()
+
+
 def test_max_min_under_concrete_branches_follow_the_operand_the_program_chose():
     """RENDER's observed-branch semantics: max/min take the bounds of the operand whose value
     the program returned (unsound where the other could win: the hull rule's max of the ends

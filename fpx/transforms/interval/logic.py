@@ -18,6 +18,13 @@ def bool_interval(certain, possible):
     return lo, hi, lo != hi
 
 
+def truth(lo, hi):
+    """(certain, possible): every value in [lo, hi] is nonzero (true), some is. A NaN end
+    ("an execution may give NaN", which is true) leaves the other end to decide."""
+    with np.errstate(invalid="ignore"):
+        return (lo > 0) | (hi < 0), (lo != 0) | (hi != 0)
+
+
 @rule("lt", "le", "gt", "ge", "eq", "ne")
 def _compare(self, prim, a, b):
     v = self.value_of(prim, (a, b), {})
@@ -54,7 +61,7 @@ def _compare(self, prim, a, b):
 @rule("logical_and", "logical_or", "logical_xor")
 def _logic2(self, prim, a, b):
     v, (alo, ahi), (blo, bhi), un, pt = self.binary(prim, a, b)
-    A0, A1, B0, B1 = alo != 0, ahi != 0, blo != 0, bhi != 0   # certain / possible truth
+    (A0, A1), (B0, B1) = truth(alo, ahi), truth(blo, bhi)   # certain / possible truth
     if prim.name == "logical_and":
         certain, possible = A0 & B0, A1 & B1
     elif prim.name == "logical_or":
@@ -71,7 +78,8 @@ def _logic2(self, prim, a, b):
 def _logic_not(self, prim, a):
     v = self.value_of(prim, (a,), {})
     lo, hi, u, pt = self.bounds(a)
-    certain, possible = hi == 0, lo == 0     # certainly false input -> certainly true
+    is_true, maybe_true = truth(lo, hi)
+    certain, possible = ~maybe_true, ~is_true
     nlo, nhi, unst = bool_interval(certain, possible)
     return self.new(v, nlo, nhi, or_unstable(u, unst if np.any(unst) else None), pt)
 
@@ -103,7 +111,8 @@ def _where(self, prim, c, x, y):
     clo, chi, cu, _ = self.bounds(c)
     xlo, xhi, xu, xp = self.bounds(x, dt)
     ylo, yhi, yu, yp = self.bounds(y, dt)
-    sure_t, sure_f = clo != 0, chi == 0
+    sure_t, maybe_t = truth(clo, chi)
+    sure_f = ~maybe_t
     if cu is None and (np.all(sure_f) or np.all(sure_t)):
         # every condition decided the same way (a mask with nothing masked): that side's
         # bounds as they are (read-only views where they broadcast)
@@ -157,7 +166,7 @@ def _cast(self, prim, a, *, to):
         return self.new(v, lo, hi, u)
     dt = np.dtype(to)
     if dt.kind == "b":
-        certain, possible = ~((lo <= 0) & (hi >= 0)), ~((lo == 0) & (hi == 0))
+        certain, possible = truth(lo, hi)
         nlo, nhi, unst = bool_interval(certain, possible)
         return self.new(v, nlo, nhi, or_unstable(u, unst if np.any(unst) else None), pt)
     with np.errstate(all="ignore"):
