@@ -142,6 +142,7 @@ PROGRAM_OPS = {
     "max": lambda a, b: fnp.maximum(a, b),
     "min": lambda a, b: fnp.minimum(a, b),
     "where": lambda a, b, c, d: fnp.where(fnp.greater(a, b), c, d),
+    "select": lambda a, c, d: fnp.where(a, c, d),           # a float condition: a != 0
     "exp": fnp.exp, "log": fnp.log, "sqrt": fnp.sqrt, "tanh": fnp.tanh, "erf": fnp.erf,
     "sin": fnp.sin, "cos": fnp.cos, "atan": fnp.arctan,
     "abs": fnp.abs, "neg": fnp.negative, "square": fnp.square, "reciprocal": fnp.reciprocal,
@@ -156,7 +157,8 @@ PROGRAM_OPS = {
     "layer_norm": lambda a, *, axis: fnn.layer_norm(a, axis=axis),
 }
 TRANSCENDENTAL = ("exp", "log", "tanh", "erf", "sin", "cos", "atan")
-ARITY = {"where": 4, "add": 2, "sub": 2, "mul": 2, "div": 2, "max": 2, "min": 2, "matmul": 2}
+ARITY = {"where": 4, "select": 3, "add": 2, "sub": 2, "mul": 2, "div": 2, "max": 2, "min": 2,
+         "matmul": 2}
 
 
 def program_apply(node, args):
@@ -192,6 +194,10 @@ def _ewhere(a, b, c, d):
     return _NAN if _isnan(a) or _isnan(b) else (c if a > b else d)
 
 
+def _eselect(a, c, d):
+    return c if _isnan(a) or a != 0 else d        # (NaN is true, as in NumPy)
+
+
 _HUGE = gmpy2.mpfr(2) ** 2000
 
 
@@ -222,6 +228,7 @@ _U = {name: np.frompyfunc(f, 1, 1) for name, f in {
     "atan": gmpy2.atan, "abs": abs}.items()}
 _MAX, _MIN = np.frompyfunc(_emax, 2, 1), np.frompyfunc(_emin, 2, 1)
 _WHERE = np.frompyfunc(_ewhere, 4, 1)
+_SELECT = np.frompyfunc(_eselect, 3, 1)
 _TO_MPFR = np.frompyfunc(lambda v: gmpy2.mpfr(float(v)), 1, 1)
 
 
@@ -247,6 +254,8 @@ def exact_apply(node, args, meta):
         return _MIN(*args)
     if op == "where":
         return _WHERE(*args)
+    if op == "select":
+        return _SELECT(*args)
     if op in _U:
         return _U[op](args[0])
     a = args[0]
@@ -609,8 +618,8 @@ def interval_input(rng, x, r_ulps):
 # =============================================================================================
 # Case generation (hypothesis)
 # =============================================================================================
-ALL_OPS = ("add", "sub", "mul", "div", "max", "min", "where", "exp", "log", "sqrt", "tanh",
-           "erf", "sin", "cos", "atan", "abs", "neg", "square", "reciprocal", "scale", "cast",
+ALL_OPS = ("add", "sub", "mul", "div", "max", "min", "where", "select", "exp", "log", "sqrt",
+           "tanh", "erf", "sin", "cos", "atan", "abs", "neg", "square", "reciprocal", "scale", "cast",
            "cast", "matmul", "matmul", "sum", "sum", "mean", "cumsum", "softmax", "layer_norm",
            "T")
 RATIONAL_OPS = tuple(o for o in ALL_OPS if o not in TRANSCENDENTAL + ("softmax",))
