@@ -14,6 +14,7 @@ reductions     sums, cumsum, products, max/min, arg*, sort
 matmul         one rule for matmul, linear and conv over three strategies
 engines        the GEMM/convolution engines of the matmul rule
 nn             softmax, log_softmax, attention, layer/RMS/batch norm
+special        lgamma, Hurwitz ζ, π/tan(πx), sigmoid, silu/gelu/hardswish
 transform      the entry point, :func:`interval` and :func:`run_interval`; the own value
 =============  ===========================================================================
 

@@ -4,7 +4,8 @@ monotone and periodic functions, pow, the step functions, floor_divide and remai
 Each rule takes boxes: the exact-real range of the op over its operands' boxes, in float64
 widened outward, then the op's rounding into the result's format from the policy
 (``round_result``). The ops a ball passes through unchanged in kind (a constant added or
-multiplied, max with a constant) have ball rules at the end.
+multiplied, max/min with a constant, the sum or difference of two balls) have ball rules at
+the end.
 """
 from __future__ import annotations
 
@@ -13,9 +14,9 @@ import numpy as np
 from fpx.core import concrete
 from fpx.kernels import interval as _K
 from fpx.kernels.elementwise import erf as _erf_kernel
-from fpx.transforms.interval.enclosure import (E64, LIBM64_ULPS, as_f64, corners, mul_bounds,
-                                               no_claim_where_nan, or_unstable, sign_keeping,
-                                               widen)
+from fpx.transforms.interval.enclosure import (E64, LIBM64_ULPS, as_f64, corners,
+                                               no_claim_where_nan, or_unstable, product_range,
+                                               sign_keeping, widen)
 from fpx.transforms.interval.interpreter import ball_rule, rule, value_dtype
 
 
@@ -88,7 +89,7 @@ def _mul(self, prim, a, b):
                 lo, hi, pt = _exact_on_points(v, lo, hi, alo, blo, "mul")
             lo, hi = _no_claim_if_unbounded(v, lo, hi, n)
             return self.new(v, lo, hi, un, pt and un is None and F.p <= 26)
-        lo, hi = mul_bounds(alo, ahi, blo, bhi)
+        lo, hi = product_range(alo, ahi, blo, bhi)
     with np.errstate(invalid="ignore", over="ignore"):
         lo, hi = self.round_result("mul", v, lo, hi, (alo, ahi), (blo, bhi))
         lo, hi = _no_claim_if_unbounded(v, lo, hi)
@@ -152,7 +153,7 @@ def _fma(self, prim, a, b, c):
     alo, ahi, au, _ = self.bounds(a, dt)
     blo, bhi, bu, _ = self.bounds(b, dt)
     clo, chi, cu, _ = self.bounds(c, dt)
-    plo, phi = mul_bounds(alo, ahi, blo, bhi)
+    plo, phi = product_range(alo, ahi, blo, bhi)
     with np.errstate(invalid="ignore", over="ignore"):
         lo, hi = widen(plo + clo, phi + chi)
         lo, hi = self.round_result("fma", v, lo, hi, (alo, ahi), (blo, bhi), (clo, chi))
@@ -160,7 +161,7 @@ def _fma(self, prim, a, b, c):
     return self.new(v, lo, hi, or_unstable(au, bu, cu))
 
 
-def _exact_int(self, prim, v, lo, hi, u, pt):
+def _exact_result(self, prim, v, lo, hi, u, pt):
     """The tracer of an exact op's bounds; an integer result goes through the dtype's range
     check (``-INT_MIN`` and ``abs(INT_MIN)`` wrap around in NumPy)."""
     dt = value_dtype(v)
@@ -174,7 +175,7 @@ def _exact_int(self, prim, v, lo, hi, u, pt):
 def _neg(self, prim, a):
     v = self.value_of(prim, (a,), {})
     lo, hi, u, pt = self.bounds(a)
-    return _exact_int(self, prim, v, -hi, -lo, u, pt)
+    return _exact_result(self, prim, v, -hi, -lo, u, pt)
 
 
 @rule("abs")
@@ -184,7 +185,7 @@ def _abs(self, prim, a):
     nlo = np.where(lo >= 0, lo, np.where(hi <= 0, -hi, 0.0))
     nhi = np.maximum(np.abs(lo), np.abs(hi))
     nlo = np.where(np.isnan(lo) | np.isnan(hi), np.nan, nlo)
-    return _exact_int(self, prim, v, nlo, nhi, u, pt)
+    return _exact_result(self, prim, v, nlo, nhi, u, pt)
 
 
 @rule("max", "min")
@@ -200,15 +201,15 @@ def _max_min(self, prim, a, b):
     return self.new(v, lo, hi, un, pt)
 
 
-def _monotone(f, prim_name, increasing=True, domain=None, image=None):
-    """``domain``: the lower end of f's domain (sqrt, log, ...). An input interval that
-    straddles it has executions that give NaN, which no bound can express and which a
-    comparison must not decide on (NaN > x is False): its lower bound stays NaN (no claim;
-    clamping it to the domain let ``where`` pick a branch that a NaN execution does not take),
-    the element is marked unstable and an event is recorded. ``image``: (lo, hi) that every
-    result lies in -- f's range, whose ends are floats, so rounding keeps results inside --
-    and the bound is cut to it: the absolute (subnormal) error term gave exp a lower bound
-    of -2^-149, and a sum of such exps a negative one whose log was NaN."""
+def _monotone(f, prim_name, domain=None, image=None):
+    """The rule of an increasing f. ``domain``: the lower end of f's domain (sqrt, log, ...).
+    An input interval that straddles it has executions that give NaN, which no bound can
+    express and which a comparison must not decide on (NaN > x is False): its lower bound
+    stays NaN (no claim: a bound clamped to the domain would let ``where`` pick a branch that
+    a NaN execution does not take), the element is marked unstable and an event is recorded.
+    ``image``: (lo, hi) that every result lies in -- f's range, whose ends are floats, so
+    rounding keeps results inside -- and the bound is cut to it (exp's absolute error term
+    would otherwise reach below 0, and the log of a sum of such exps would be NaN)."""
     def rule(self, prim, a):
         v = self.value_of(prim, (a,), {})
         lo, hi, u, pt = self.bounds(a)
@@ -221,8 +222,6 @@ def _monotone(f, prim_name, increasing=True, domain=None, image=None):
                 u = or_unstable(u, cut)
         with np.errstate(all="ignore"):
             flo, fhi = f(lo), f(hi)
-            if not increasing:
-                flo, fhi = fhi, flo
             flo, fhi = self.round_result(prim_name, v, flo, fhi, (lo, hi), steps=LIBM64_ULPS)
             if image is not None:                   # (NaN stays NaN)
                 flo, fhi = np.maximum(flo, image[0]), np.minimum(fhi, image[1])
@@ -390,8 +389,7 @@ def _floor_divide(self, prim, a, b):
     has zero width. Elsewhere (a float program's large quotients) the floor of the widened
     float64 quotient, one step and 4u·|q| more each way: npy_divmod's div = (a - fmod)/b is
     within 2u·|k| of k = trunc(a/b), its floor corrected past .5 is within 1 of that, and a
-    float16 result is rounded once more from float32 (it had been only one step: a float16
-    16358.3 // 1 is 16360)."""
+    float16 result is rounded once more from float32 (a float16 16358.3 // 1 is 16360)."""
     v, (alo, ahi), (blo, bhi), un, _ = self.binary(prim, a, b)
     zero = (blo <= 0) & (bhi >= 0)
     dt = value_dtype(v)

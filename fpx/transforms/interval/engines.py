@@ -20,9 +20,9 @@ from fpx.kernels import bf16 as _bf16
 from fpx.kernels import blas as _blas
 from fpx.kernels import conv as _kconv
 from fpx.kernels import interval as _K
-from fpx.transforms.interval.enclosure import gamma, up
+from fpx.transforms.interval.enclosure import gamma, gamma64, up
 
-U32, U64 = 2.0 ** -24, 2.0 ** -53
+U32 = 2.0 ** -24
 
 
 _SCRATCH = threading.local()
@@ -52,7 +52,7 @@ def magnitude(x, slot):
     return np.abs(x, out=_scratch(x.shape, x.dtype, slot))
 
 
-def float64(x, slot):
+def float64_copy(x, slot):
     """A float64 copy of x (exact for narrower formats) in a reused buffer ``slot``."""
     x = np.asarray(x)
     if x.dtype == np.float64 or not x.ndim:
@@ -83,8 +83,8 @@ def f32_upper(X):
 
 
 def _amx():
-    """The CPU runs oneDNN's bfloat16 kernels on AMX tiles (with AVX512-BF16 but no AMX the
-    bfloat16 radius convolution was slower than the float32 one)."""
+    """The CPU runs oneDNN's bfloat16 kernels on AMX tiles (on AVX512-BF16 without AMX the
+    float32 radius convolution is the faster one)."""
     torch = _kconv._torch()
     return bool(torch and _bf16.amx(torch))
 
@@ -118,7 +118,7 @@ def upper_gemm(L, M, K, small, scale=1.0, add=0.0, bf16=False):
             return R, corr, corr * K * 2.0 ** -150 + add
     with np.errstate(all="ignore"):
         R = gemm(np.asarray(L, np.float64), np.asarray(M, np.float64))
-    return R, scale * (1.0 + gamma(K + 2, U64)), add
+    return R, scale * (1.0 + gamma64(K)), add
 
 
 def upper_gemm_sum(L, M, L2, M2, K, small, scale=1.0):

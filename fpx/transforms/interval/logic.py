@@ -117,11 +117,6 @@ def _where(self, prim, c, x, y):
         # every condition decided the same way (a mask with nothing masked): that side's
         # bounds as they are (read-only views where they broadcast)
         lo, hi, u, p = (ylo, yhi, yu, yp) if np.all(sure_f) else (xlo, xhi, xu, xp)
-        shape = np.shape(concrete(v))
-        if np.shape(lo) != shape:
-            lo, hi = np.broadcast_to(lo, shape), np.broadcast_to(hi, shape)
-        if u is not None and np.shape(u) != shape:
-            u = np.broadcast_to(u, shape)
         return self.new(v, lo, hi, u, p)
     if self.branches == "concrete":
         take = as_f64(self.primal_of(c)) != 0
@@ -138,7 +133,7 @@ def _where(self, prim, c, x, y):
     # a point only if both sides are and every condition is decided (an undecided one hulls
     # both sides: lo < hi there, and matmul would drop that radius for a "point" operand)
     pt = xp and yp and (self.branches == "concrete" or not np.any(undecided))
-    return self.new(v, lo, hi, None if un is None else np.broadcast_to(un, np.shape(lo)), pt)
+    return self.new(v, lo, hi, un, pt)
 
 
 # =============================================================================================

@@ -28,13 +28,12 @@ from fpx.core import concrete
 from fpx.kernels import conv as _kconv
 from fpx.kernels import interval as _K
 from fpx.transforms.interval import engines
-from fpx.transforms.interval.enclosure import (E64, accuracy_terms, as_f64, gamma,
-                                               no_claim_where_nan, or_unstable, overflow,
+from fpx.transforms.interval.enclosure import (E64, accuracy_terms, as_f64, gamma64,
+                                               no_claim_where_nan, partial_sum_split, or_unstable, overflow,
                                                round_bounds, up, widen)
 from fpx.transforms.interval.interpreter import rule
 from fpx.transforms.interval.logic import bool_interval, contains_format
 
-_G64 = lambda K: gamma(K + 2, 2.0 ** -53)   # noqa: E731  (a float64 centre's error factor)
 
 
 # ---- the error constants ----------------------------------------------------------------------
@@ -82,12 +81,10 @@ def matmul_split(self, c, F_in, F_prod, F_acc, K, F_out=None):
     if self.bound != "rigorous" or acc.input_dependent or K < 2:
         return _Split(c, 0.0)
     d_p = 0.0 if 2 * F_in.p <= F_prod.p else 2.0 ** -F_prod.p
-    d, m = acc.ulps * 2.0 ** (1 - F_acc.p), K - 1
-    if not m * d <= 2.0 ** -10:
+    split = partial_sum_split(K - 1, acc.ulps * 2.0 ** (1 - F_acc.p), d_p)
+    if split is None:
         return _Split(c, 0.0)
-    den = 1.0 - m * d
-    alpha = (d_p + m * d / 2) / den * (1 + 6 * E64)
-    beta = (m * d / 2) / den * (1 + 6 * E64)
+    alpha, beta = split
     if alpha >= c:
         return _Split(c, 0.0)
     q = abs_out = 0.0
@@ -150,19 +147,19 @@ class _Contraction:
         with np.errstate(all="ignore"):
             if name == "conv":
                 C = engines.centre_conv(A, B, b, self.params, self._run)
-                return C, _G64(self.K), 0.0
-            C = engines.gemm(engines.float64(A, "centre-A"), engines.float64(
+                return C, gamma64(self.K), 0.0
+            C = engines.gemm(engines.float64_copy(A, "centre-A"), engines.float64_copy(
                 np.swapaxes(B, -1, -2) if name == "linear" else B, "centre-B"))
-        return (C if b is None else C + b), _G64(self.K), 0.0
+        return (C if b is None else C + b), gamma64(self.K), 0.0
 
     def _parts_centre(self, A, B):
         """C = Σ_j fl32(op(A_j, B_j)) in float64 over parts of each sum (+ a bias in the sum,
         exactly). Part j errs by <= α_h·T_j + β_h·|E_j| <= (α_h·T_j + β_h·|P_j|)/(1 - β_h)
         (the partial-sum form, K_j terms in float32), the float64 additions by <= (n+1)·u64·S,
         S = Σ|P_j| (+ |b|): rel = α_h/(1 - β_h), extra = (β_h/(1 - β_h) + (n+1)·u64)·S (C
-        and extra kept as a :class:`_PartsCentre`). About one float32 op's time against a
-        float64 op's two or more; ~(1 + 1/n)·α·T where terms cancel. None where it does not
-        apply (non-float32 or CuPy operands, parts too long for the form)."""
+        and extra kept as a :class:`_PartsCentre`): a float32 op's cost in place of a float64
+        one's, ~(1 + 1/n)·α·T where terms cancel. None where it does not apply (non-float32 or
+        CuPy operands, parts too long for the form)."""
         name = self.prim.name
         if not (type(A) is np.ndarray and type(B) is np.ndarray
                 and A.dtype == B.dtype == np.float32 and A.ndim >= 1 and B.ndim >= 2):
@@ -183,12 +180,10 @@ class _Contraction:
             kj = h
             with np.errstate(all="ignore"):
                 parts = [engines.gemm(A[..., k:k + h], W[k:k + h]) for k in range(0, K, h)]
-        m, d = kj - 1, 2.0 ** -24
-        if not m * d <= 2.0 ** -10:
+        split = partial_sum_split(kj - 1, 2.0 ** -24, 2.0 ** -24)     # float32 parts
+        if split is None:
             return None
-        den = 1.0 - m * d
-        a_h = (d + m * d / 2) / den * (1 + 6 * E64)
-        b_h = (m * d / 2) / den * (1 + 6 * E64)
+        a_h, b_h = split
         s_coef = up(b_h / (1 - b_h) + (len(parts) + 1) * 2.0 ** -53, 2)
         b = 0.0 if self.bias is None else as_f64(self.bias)
         if name == "conv" and self.bias is not None:
@@ -514,7 +509,7 @@ def _exact_matmul(self, v, a, b):
         rb = up(np.maximum(mb - blo, bhi - mb), 1)
         abs_ma, abs_mb = np.abs(ma), np.abs(mb)
         rad = up(up64(abs_ma, rb) + up64(ra, up(abs_mb + rb)) +
-                 up64(up(abs_ma + ra), up(abs_mb + rb), _G64(K)), 2)
+                 up64(up(abs_ma + ra), up(abs_mb + rb), gamma64(K)), 2)
         center = engines.gemm(ma, mb)
         lo, hi = widen(center - rad, center + rad, 1)
     dt = np.asarray(concrete(v)).dtype

@@ -8,20 +8,20 @@ from fpx.core import concrete
 from fpx.transforms.interval.interpreter import ball_rule, dense, rule
 
 
-def _movement(apply):
-    def rule(self, prim, *args, **params):
-        v = self.value_of(prim, args, params)
-        dt = np.asarray(concrete(v)).dtype
-        bs = [self.bounds(x, dt) for x in args]
-        lo = dense(apply(prim, [b[0] for b in bs], params))
-        hi = dense(apply(prim, [b[1] for b in bs], params))
-        if any(b[2] is not None for b in bs):
-            us = [b[2] if b[2] is not None else np.zeros(np.shape(b[0]), bool) for b in bs]
-            un = apply(prim, us, params, fill=False)
-        else:
-            un = None
-        return self.new(v, lo, hi, un, all(b[3] for b in bs))
-    return rule
+@rule("reshape", "transpose", "broadcast_to", "getitem", "concatenate", "pad")
+def _movement(self, prim, *args, **params):
+    """A box moves as its value does: the same movement of both ends and the unstable mask."""
+    v = self.value_of(prim, args, params)
+    dt = np.asarray(concrete(v)).dtype
+    bs = [self.bounds(x, dt) for x in args]
+    lo = dense(_apply_np(prim, [b[0] for b in bs], params))
+    hi = dense(_apply_np(prim, [b[1] for b in bs], params))
+    if any(b[2] is not None for b in bs):
+        us = [b[2] if b[2] is not None else np.zeros(np.shape(b[0]), bool) for b in bs]
+        un = _apply_np(prim, us, params, fill=False)
+    else:
+        un = None
+    return self.new(v, lo, hi, un, all(b[3] for b in bs))
 
 
 def _apply_np(prim, arrs, params, fill=None):
@@ -40,10 +40,6 @@ def _apply_np(prim, arrs, params, fill=None):
         val = False if fill is False else float(np.float64(params["value"]))
         return np.pad(arrs[0], params["pad_width"], mode="constant", constant_values=val)
     raise AssertionError(n)
-
-
-for _n in ("reshape", "transpose", "broadcast_to", "getitem", "concatenate", "pad"):
-    rule(_n)(_movement(_apply_np))
 
 
 @ball_rule("reshape", "transpose", "broadcast_to", "getitem")

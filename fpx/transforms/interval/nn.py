@@ -12,15 +12,11 @@ from fpx import nn as _nn
 from fpx.core import EvalInterpreter, concrete, is_cupy, using
 from fpx.kernels import interval as _K
 from fpx.kernels import interval_nn as _KN
-from fpx.transforms.interval.enclosure import (E64, LIBM64_ULPS, as_f64, gamma, or_unstable,
-                                               overflow, rounding_terms, sign_keeping, up)
+from fpx.transforms.interval.enclosure import (E64, LIBM64_ULPS, as_f64, gamma, gamma64,
+                                               or_unstable, overflow, rounding_terms,
+                                               sign_keeping, up)
 from fpx.transforms.interval.interpreter import ball_rule, rule
 from fpx.transforms.interval.reductions import acc_delta, count
-
-
-def rel_abs(acc, F):
-    """(relative, absolute) error of one evaluation with a constant accuracy in format F."""
-    return acc.ulps * 2.0 ** (1 - F.p), acc.ulps * F.smallest_subnormal + acc.absolute
 
 
 @rule("log_softmax")
@@ -31,8 +27,8 @@ def _log_softmax(self, prim, x, *, axis=-1, stored=None):
     sum is >= the least log of [exp(0)]'s bound (log is increasing, its error bound grows
     with |log|, and log 1 = 0 is inside; rounding the sum or the log to ``stored`` is
     monotone), and s - log(sum) <= 0 - log(exp(0)) rounds to at most c -- the same argument
-    for the fused x - (max + log Σ). The interval ops do not see it: the largest element's
-    bound reached above 0, or +inf where a wide box's exps overflowed."""
+    for the fused x - (max + log Σ). Interval ops on the decomposition do not see it: the
+    largest element's bound would reach above 0, or +inf where a wide box's exps overflow."""
     y = prim.decomposition(x, axis=axis, stored=stored)
     if not self._own(y):
         return y
@@ -67,10 +63,11 @@ def _softmax(self, prim, x, *, axis=-1, stored=None):
     # precision than the float64 evaluation of this bound has: decomposition there
     if F is not None and F.p < 53 and (ball or (
             not pt and not is_cupy(lo) and np.ndim(lo) > 0 and _K.any_differ(lo, hi))):
-        accs = [self.accuracy(n, F) for n in ("sub", "exp", "div")]
         Facc = self.resolve("reduce_sum", dt).accumulate
-        if any(a.input_dependent for a in accs) or \
-                self.accuracy("reduce_sum", Facc).input_dependent:
+        accs = [self.accuracy(op, F) for op in ("sub", "exp", "div")] + \
+            [self.accuracy("reduce_sum", Facc)] + \
+            ([] if stored is None else [self.accuracy("cast", self.fmt(stored))])
+        if any(a.input_dependent for a in accs):
             accs = None
     nd = np.ndim(vx)
     ax = axis % nd if nd and -nd <= axis < nd else None
@@ -80,7 +77,7 @@ def _softmax(self, prim, x, *, axis=-1, stored=None):
             and all_finite(lo) and all_finite(hi))):
         return prim.decomposition(x, axis=axis, stored=stored)
     v = self.value_of(prim, (x,), {"axis": axis, "stored": stored})
-    (r_s, a_s), (r_e, a_e), (r_d, a_d) = (rel_abs(a, F) for a in accs)
+    (r_s, a_s), (r_e, a_e), (r_d, a_d) = (self.rel_abs(op, F) for op in ("sub", "exp", "div"))
     gam = self.gamma(max(n - 1, 0), acc_delta(self, "reduce_sum", Facc))
     beta = n * Facc.smallest_subnormal
     # torch multiplies by the reciprocal of the sum: two roundings cover both spellings
@@ -91,14 +88,14 @@ def _softmax(self, prim, x, *, axis=-1, stored=None):
     if not dlow > 0:
         return prim.decomposition(x, axis=axis, stored=stored)
     if stored is not None:
-        r_c, a_c = rel_abs(self.accuracy("cast", self.fmt(stored)), self.fmt(stored))
+        r_c, a_c = self.rel_abs("cast", self.fmt(stored))
         r_d, a_d = r_d + r_c + r_d * r_c, a_d + a_c * (1 + r_d) / dlow
     un = None if u is None else np.broadcast_to(np.any(u, axis=ax, keepdims=True), np.shape(vx))
     # one row at a time in a compiled loop (kernels/interval_nn.py)
     xk = (np.moveaxis(vx, ax, -1), np.moveaxis(x.rad, ax, -1), x.top) if ball else \
         (np.moveaxis(lo, ax, -1), np.moveaxis(hi, ax, -1))
     ylo, yhi = _KN.softmax_bounds(xk, r_s, a_s, k, r_e, a_e, r_d, a_d, dlow, dhigh,
-                                  gamma(n + 2, 2.0 ** -53), LIBM64_ULPS)
+                                  gamma64(n), LIBM64_ULPS)
     return self.new(v, np.moveaxis(ylo, -1, ax), np.moveaxis(yhi, -1, ax), un)
 
 
@@ -398,10 +395,6 @@ def _rms_norm(self, prim, x, weight=None, *, axis, eps):
             return y
         ylo, yhi = np.maximum(y.lo, -top), np.minimum(y.hi, top)
     return self.new(y.primal, ylo, yhi, y.unstable, y.point)
-
-
-
-_BN_COEFFS: dict = {}
 
 
 _BN_COEFFS: dict = {}

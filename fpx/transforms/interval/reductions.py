@@ -7,9 +7,9 @@ import math
 import numpy as np
 
 from fpx.core import concrete
-from fpx.transforms.interval.enclosure import (E64, gamma, mul_bounds, no_claim_where_nan,
-                                               or_unstable, overflow, round_bounds, up, widen,
-                                               xp_of)
+from fpx.transforms.interval.enclosure import (E64, gamma64, no_claim_where_nan, or_unstable,
+                                               overflow, product_range, round_bounds, up,
+                                               widen, xp_of)
 from fpx.transforms.interval.interpreter import rule
 
 
@@ -62,7 +62,7 @@ def _reduce_sum(self, prim, a, *, axis=None, keepdims=False, dtype=None):
         s_mid = np.sum(mid, axis=axis, keepdims=keepdims)
         s_rad = np.sum(rad, axis=axis, keepdims=keepdims)
         s_mag = np.sum(mag, axis=axis, keepdims=keepdims)
-        g64 = gamma(n + 2, 2.0 ** -53)
+        g64 = gamma64(n)
         r = up(s_rad * (1 + g64) + g64 * s_mag + np.abs(s_mid) * 2 * E64, 4)
         if F_out is not None:
             prec = self.resolve("reduce_sum", np.dtype(dtype) if dtype is not None
@@ -137,7 +137,7 @@ def _cumsum(self, prim, a, *, axis, dtype=None):
         if shape:
             shape[ax] = n
         k = np.arange(1, n + 1, dtype=np.float64).reshape(shape)     # terms in each prefix
-        g64 = (k + 2) * 2.0 ** -53 / (1 - (k + 2) * 2.0 ** -53)
+        g64 = gamma64(k)
         r = up(c_rad * (1 + g64) + g64 * c_mag + np.abs(c_mid) * 2 * E64, 4)
         if F_out is not None:
             Facc = self.resolve("cumsum", np.dtype(dtype) if dtype is not None else out_dt).accumulate
@@ -177,7 +177,7 @@ def _reduce_prod(self, prim, a, *, axis=None, keepdims=False, dtype=None):
         if L.shape[-1] % 2:
             L = np.concatenate([L, np.ones(L.shape[:-1] + (1,))], -1)
             H = np.concatenate([H, np.ones(H.shape[:-1] + (1,))], -1)
-        L, H = mul_bounds(L[..., 0::2], H[..., 0::2], L[..., 1::2], H[..., 1::2])
+        L, H = product_range(L[..., 0::2], H[..., 0::2], L[..., 1::2], H[..., 1::2])
     L, H = L[..., 0], H[..., 0]
     if keepdims:
         shp = [1 if i in axes else s for i, s in enumerate(np.shape(lo))]

@@ -160,14 +160,6 @@ def _check_value_inside(value, lo, hi):
             "stored as v, use Interval(np.minimum(x, v), np.maximum(x, v), v))")
 
 
-def is_point(lo, hi):
-    """lo == hi everywhere (a few elements first: a real interval usually differs there)."""
-    flo, fhi = np.ravel(lo), np.ravel(hi)
-    head = min(flo.size, 64)
-    if not np.array_equal(flo[:head], fhi[:head]):
-        return False
-    return bool(np.all(lo == hi))
-
 @dataclass
 class Event:
     """Something the bounds could not decide: an unstable branch or index, a division by an

@@ -265,7 +265,7 @@ def _self_gated(self, prim, x, **params):
     """silu(x) = x·σ(x), gelu(x) = x·Φ(x) (either form) and hardswish(x) = x·relu6(x + 3)/6
     as their decomposition -- the program's own operations and roundings -- but over a wide
     box reaching below 0 the decomposition's product of two intervals of one variable pairs
-    x's lower end with the gate's largest value: x in [-30, 30] gave silu in [-30, 30], where
+    x's lower end with the gate's largest value: x in [-30, 30] gives silu in [-30, 30], where
     every value is in [-0.28, 30] (hardswish: [-0.375, 30]). There the box is cut at
     ``_GATE_CUTS``, the decomposition bounds each piece (a box holding every execution whose
     input lies in it, about a program value inside it), and the hull of the pieces -- which

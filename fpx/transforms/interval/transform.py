@@ -1,6 +1,7 @@
 """``fpx.interval``, the transform's entry point: runs a program under an
 :class:`IntervalInterpreter` through :func:`fpx.transform.run` (inputs as tracers, outputs as
-:class:`Interval` objects), and runs CuPy programs with their bounds computed on host copies."""
+:class:`Interval` objects), takes a framework's own outputs as the values (checked against the
+bounds), and runs CuPy programs with their bounds computed on host copies."""
 from __future__ import annotations
 
 import warnings
@@ -11,9 +12,9 @@ from fpx import formats as _formats
 from fpx import tree
 from fpx.core import FpxError, Tracer, concrete, is_cupy, to_host
 from fpx.transform import as_array, on_host, own, run, transformed
-from fpx.transforms.interval.enclosure import as_f64, flush_inputs
+from fpx.transforms.interval.enclosure import as_f64
 from fpx.transforms.interval.interpreter import IntervalInterpreter, IntervalTracer
-from fpx.transforms.interval.result import Event, Interval, OutsideBoundWarning, is_point
+from fpx.transforms.interval.result import Event, Interval, OutsideBoundWarning
 
 
 def interval(f=None, *, policy=None, branches: str = "hull", bound: str = "rigorous",
@@ -95,6 +96,25 @@ def _input(interp, x):
         point = point and not moved
     return IntervalTracer(interp, value, lo, hi, x.unstable if isinstance(x, Interval) else None,
                           point)
+
+
+def is_point(lo, hi):
+    """lo == hi everywhere (a few elements first: a real interval usually differs there)."""
+    flo, fhi = np.ravel(lo), np.ravel(hi)
+    head = min(flo.size, 64)
+    if not np.array_equal(flo[:head], fhi[:head]):
+        return False
+    return bool(np.all(lo == hi))
+
+
+def flush_inputs(lo, hi, F):
+    """An input as a flush-to-zero unit reads it: where the interval meets the subnormal
+    range, the hull with 0 (a subnormal operand may be read as ±0)."""
+    t = F.tiny
+    near = (lo < t) & (hi > -t) & ~((lo == 0) & (hi == 0))
+    if not np.any(near):
+        return lo, hi, False
+    return np.where(near, np.minimum(lo, 0.0), lo), np.where(near, np.maximum(hi, 0.0), hi), True
 
 
 def _output(interp, x):
