@@ -1489,6 +1489,8 @@ INTEGER_CASES = {
     "int64 mul": (lambda a: a * I64(4), np.array([2 ** 62, 3], I64), [True, False]),
     "sum promotes": (lambda a: fnp.sum(a, axis=0), np.array([[100, 1], [100, 2]], I8),
                      [False, False]),
+    "int64 sum": (lambda a: fnp.sum(a, axis=0), np.array([[2 ** 62, 5], [2 ** 62, 6]], I64),
+                  [True, False]),
     "floor_divide INT_MIN": (lambda a: a // I8(-1), np.array([-128], I8), [True]),
     # (were +-1 step wide and unstable: the floor of a widened float64 quotient)
     "floor_divide": (lambda a: a // I8(3), np.array([7, -7, 6, -6, 0], I8), [False] * 5),
@@ -1596,6 +1598,18 @@ def test_integer_results_are_exact_and_wrap_around_gives_the_dtypes_range(case):
         else:
             assert l == h == float(v)
     assert any(e.kind == "overflow" for e in interp.events) == any(overflows)
+
+
+def test_integer_sums_past_2_53_contain_the_exact_result():
+    """int64 sums and prefix sums of terms past float64's 2^53 (each an interval of its two
+    neighbouring float64s): the bound holds the exact integer, and the value is NumPy's."""
+    x = np.array([2 ** 53 + 1, 1, 1, 1, -3, 2 ** 60 + 7], I64)
+    exact = [sum(int(t) for t in x[:k + 1]) for k in range(x.size)]
+    for f, want in ((lambda a: fnp.sum(a), [exact[-1]]), (lambda a: fnp.cumsum(a), exact)):
+        iv = fpx.interval(f)(x)
+        for l, h, e in zip(np.ravel(iv.lo), np.ravel(iv.hi), want):
+            assert int(l) <= e <= int(h)
+        assert [int(v) for v in np.ravel(iv.value)] == want
 
 
 def test_integer_matmul_past_2_53_contains_the_exact_result():

@@ -87,8 +87,9 @@ def _reduce_sum(self, prim, a, *, axis=None, keepdims=False, dtype=None):
             nonneg = np.all(lo >= 0, axis=axis, keepdims=keepdims)
             if np.any(nonneg):
                 lo2 = np.where(nonneg & (lo2 < 0), 0.0, lo2)
-        else:
-            lo2, hi2 = np.sum(lo, axis=axis, keepdims=keepdims), np.sum(hi, axis=axis, keepdims=keepdims)
+        else:           # integers: exact, the enclosure tightened to the integers in it
+            lo2, hi2 = widen(s_mid - r, s_mid + r, 1)
+            lo2, hi2 = self.integer_bounds("reduce_sum", out_dt, lo2, hi2)
     un = None if u is None else np.any(u, axis=axis, keepdims=keepdims)
     return self.new(v, lo2, hi2, un, pt and n <= 1)
 
