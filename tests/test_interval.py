@@ -1491,6 +1491,8 @@ INTEGER_CASES = {
                      [False, False]),
     "int64 sum": (lambda a: fnp.sum(a, axis=0), np.array([[2 ** 62, 5], [2 ** 62, 6]], I64),
                   [True, False]),
+    "int64 prod": (lambda a: fnp.prod(a, axis=0), np.array([[2 ** 32, 5], [2 ** 32, 6]], I64),
+                   [True, False]),
     "floor_divide INT_MIN": (lambda a: a // I8(-1), np.array([-128], I8), [True]),
     # (were +-1 step wide and unstable: the floor of a widened float64 quotient)
     "floor_divide": (lambda a: a // I8(3), np.array([7, -7, 6, -6, 0], I8), [False] * 5),

@@ -194,6 +194,8 @@ def _reduce_prod(self, prim, a, *, axis=None, keepdims=False, dtype=None):
             L, H = widen(L - e, H + e, 1)
             L, H = overflow(L, H, F)
         L, H = no_claim_where_nan(L, H, concrete(v))       # 0·inf: NaN, not [-inf, inf]
+    else:               # integers: exact, the enclosure tightened to the integers in it
+        L, H = self.integer_bounds("reduce_prod", np.asarray(concrete(v)).dtype, L, H)
     un = None if u is None else np.any(u, axis=axis, keepdims=keepdims)
     return self.new(v, L, H, un)
 
