@@ -1602,6 +1602,21 @@ def test_integer_results_are_exact_and_wrap_around_gives_the_dtypes_range(case):
     assert any(e.kind == "overflow" for e in interp.events) == any(overflows)
 
 
+def test_bool_arithmetic_is_the_truth_of_its_exact_value():
+    """NumPy's bool add is a logical or (True + True is True), its product an and: the bound of
+    a bool result is the truth of the exact value's range, never 2."""
+    p, q = np.array([True, True, False, False]), np.array([True, False, True, False])
+    box = fpx.Interval(np.array([0.0, 1.0, 0.0, 0.0]), np.array([1.0, 1.0, 0.0, 1.0]),
+                       np.array([True, True, False, False]))
+    for f in (lambda a, b: a + b, lambda a, b: a * b, lambda a, b: a + b * a):
+        iv = fpx.interval(f)(p, q)
+        assert np.array_equal(iv.lo, f(p, q)) and np.array_equal(iv.hi, f(p, q))
+        iv = fpx.interval(f)(box, q)
+        for a in (np.array([False, True, False, False]), np.array([True, True, False, True])):
+            assert iv.contains(f(a, q)).all()
+        assert iv.contains(iv.value).all() and np.all(iv.hi <= 1)
+
+
 def test_integer_sums_past_2_53_contain_the_exact_result():
     """int64 sums and prefix sums of terms past float64's 2^53 (each an interval of its two
     neighbouring float64s): the bound holds the exact integer, and the value is NumPy's."""

@@ -398,11 +398,15 @@ class IntervalInterpreter(Interpreter):
     def integer_bounds(self, prim_name, dt, lo, hi):
         """Bounds of an integer result: integer arithmetic is exact, so the float64 enclosure
         tightens to the integers inside it; where the exact result may leave the dtype's
-        range, NumPy wraps around, and the bounds are that whole range (an "overflow" event)."""
-        if dt.kind not in "iu":
+        range, NumPy wraps around, and the bounds are that whole range (an "overflow" event).
+        A bool result is its exact value's truth (NumPy's bool add is a logical or)."""
+        if dt.kind not in "iub":
             return lo, hi
         with np.errstate(invalid="ignore"):
             lo, hi = np.ceil(lo), np.floor(hi)
+            if dt.kind == "b":
+                return (((lo > 0) | (hi < 0)).astype(np.float64),
+                        ((lo != 0) | (hi != 0)).astype(np.float64))
             info = np.iinfo(dt)
             top = math.ldexp(1.0, info.bits - (dt.kind == "i"))    # max + 1, exact in float64
             over = (hi >= top) | (lo < float(info.min))
