@@ -1509,6 +1509,19 @@ INTEGER_CASES = {
 }
 
 
+@pytest.mark.parametrize("dtype", [np.float32, ml_dtypes.bfloat16])
+def test_float_floor_divide_past_the_formats_range_is_infinite(dtype):
+    """A quotient past the format's largest value is ±inf in NumPy (and ml_dtypes): the bound
+    was the finite float64 floor, [3e41, 3e41] around the program's inf."""
+    a = np.array([3e38, -3e38, 7.0], dtype)
+    b = np.array([1e-3, 1e-3, 2.0], dtype)
+    with np.errstate(all="ignore"):
+        want = a // b
+    iv = fpx.interval(lambda x, y: x // y)(a, b)
+    assert np.array_equal(np.asarray(iv.value, np.float64), np.asarray(want, np.float64))
+    assert iv.contains(want).all() and iv.hi[0] == np.inf and iv.lo[1] == -np.inf
+
+
 @pytest.mark.parametrize("dtype", [np.float16, np.float32, np.float64])
 def test_float_floor_divide_is_the_exact_floor_where_every_execution_gives_it(dtype):
     """floor(a/b) of float points is the exact floor of the real quotient (1.0 // 0.1 = 9,

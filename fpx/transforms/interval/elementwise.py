@@ -15,8 +15,8 @@ from fpx.core import concrete
 from fpx.kernels import interval as _K
 from fpx.kernels.elementwise import erf as _erf_kernel
 from fpx.transforms.interval.enclosure import (E64, LIBM64_ULPS, as_f64, corners,
-                                               no_claim_where_nan, or_unstable, product_range,
-                                               sign_keeping, widen)
+                                               no_claim_where_nan, or_unstable, overflow,
+                                               product_range, sign_keeping, widen)
 from fpx.transforms.interval.interpreter import ball_rule, rule, value_dtype
 
 
@@ -407,7 +407,9 @@ def _floor_divide(self, prim, a, b):
     unstable = or_unstable(un, lo != hi)
     if dt.kind in "iu":          # INT_MIN // -1 wraps around
         lo, hi = self.integer_bounds("floor_divide", dt, lo, hi)
-    else:                        # x // 0, inf // x: NaN, no claim
+    else:                        # a quotient past the format's range is ±inf; x // 0,
+        if F is not None:        # inf // x: NaN, no claim
+            lo, hi = overflow(lo, hi, F)
         lo, hi = no_claim_where_nan(lo, hi, concrete(v))
     return self.new(v, lo, hi, unstable)
 
