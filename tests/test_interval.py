@@ -1615,6 +1615,30 @@ def test_integer_results_are_exact_and_wrap_around_gives_the_dtypes_range(case):
     assert any(e.kind == "overflow" for e in interp.events) == any(overflows)
 
 
+@pytest.mark.parametrize("dtype", [np.float32, np.float16, ml_dtypes.bfloat16])
+def test_prod_holds_every_order_through_underflow_and_overflow(dtype):
+    """A product in any order: a partial product that underflows (1e-30·1e-30 in float32) and
+    is then multiplied by large factors errs far beyond d·|product|, and one that overflows
+    (1e30·1e30) gives ±inf whatever the exact product; the bound held neither (NumPy's own
+    -0.0 outside [-4.0000005, -3.9999995]). Every order of every case, multiplied in the
+    format one product at a time, lies in the bound."""
+    import itertools
+    big = float(ml_dtypes.finfo(dtype).max) ** 0.6
+    cases = [[1 / big, 1 / big, big, big, -4.0], [1 / big, 3.0, big, 0.5, -4.0],
+             [1.5, -2.0, 0.75, 3.0, 1.25], [0.0, big, big, 2.0, 1.0]]
+    for case in cases:
+        x = np.array(case, np.float64).astype(dtype)
+        iv = fpx.interval(lambda a: fnp.prod(a))(x)
+        for order in itertools.permutations(range(x.size)):
+            p = x[order[0]]
+            with np.errstate(all="ignore"):
+                for i in order[1:]:
+                    p = (p * x[i]).astype(dtype)
+            got = float(p)
+            assert iv.contains(got) or (np.isnan(got) and iv.unstable is not None
+                                        and bool(np.all(iv.unstable))), (case, order, got)
+
+
 def test_bool_arithmetic_is_the_truth_of_its_exact_value():
     """NumPy's bool add is a logical or (True + True is True), its product an and: the bound of
     a bool result is the truth of the exact value's range, never 2."""

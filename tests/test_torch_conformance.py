@@ -170,6 +170,11 @@ CASES = {
     "var_dim0": (lambda x: x.var(0), lambda n: rows(n, 3.0, 3.0), True),
     "norm": (lambda x: torch.linalg.vector_norm(x, dim=-1), rows, True),
     "cumsum": (lambda x: x.cumsum(-1), rows, True),
+    # prod: float16/bfloat16 factors multiplied in their own dtype, every product rounded
+    # (not in float32 as sum and mean are); factors near 1, some long rows underflow in half
+    "prod_last": (lambda x: x.prod(-1), lambda n: rows(n, 0.3, 1.0), True),
+    "prod_dim0": (lambda x: x.prod(0), lambda n: rows(n, 0.3, 1.0), True),
+    "prod_all": (lambda x: x[:2].prod(), lambda n: rows(n, 0.3, 1.0), True),
     # softmax family
     "softmax_last": (lambda x: F.softmax(x, -1), rows, True),
     "softmax_dim0": (lambda x: F.softmax(x, 0), rows, True),

@@ -12,7 +12,7 @@ import fpx.numpy as fnp
 import fpx.nn_special as _special
 from fpx.interop.torch.table import (HALF, Lazy, UnmappedOpError, accumulate, cast, compare,
                                      dim_of, dims_of, dtype_of, elementwise, is_arr, is_float,
-                                     opmath, shape_of)
+                                     opmath, result_dtype, shape_of)
 from fpx.interop.torch.table import register_aten as _op
 
 
@@ -270,8 +270,11 @@ def _mean(ctx, x, dim=None, keepdim=False, *, dtype=None):
 
 @_op("aten.prod.dim_int", "aten.prod.default")
 def _prod(ctx, x, dim=None, keepdim=False, *, dtype=None):
-    y, out = accumulate(ctx, x, dtype)
-    return cast(fnp.prod(y, dims_of(dim, len(shape_of(x))), keepdims=keepdim), out)
+    """In the result's dtype: torch's CPU prod rounds every product of float16/bfloat16
+    factors to float16/bfloat16 (checked against its kernel: unlike sum and mean, which
+    accumulate in float32)."""
+    y = cast(x, result_dtype(ctx, dtype))
+    return fnp.prod(y, dims_of(dim, len(shape_of(x))), keepdims=keepdim)
 
 
 @_op("aten.logsumexp.default")

@@ -166,11 +166,15 @@ def compare(fn):
     return elementwise(fn, compute=lambda ctx, xs: promoted(ctx, xs))
 
 
+def result_dtype(ctx, dtype=None):
+    """A reduction's result dtype: its ``dtype=`` argument, else the node's."""
+    return np_dtype(dtype) if isinstance(dtype, torch.dtype) else ctx.dtype
+
+
 def accumulate(ctx, x, dtype=None):
     """The dtype torch reduces in: float32 for float16/bfloat16 (then rounded once)."""
-    out = np_dtype(dtype) if isinstance(dtype, torch.dtype) else ctx.dtype
-    comp = opmath(out)
-    return cast(x, comp), out
+    out = result_dtype(ctx, dtype)
+    return cast(x, opmath(out)), out
 
 
 class Lazy:

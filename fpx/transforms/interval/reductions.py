@@ -183,16 +183,32 @@ def _reduce_prod(self, prim, a, *, axis=None, keepdims=False, dtype=None):
     if keepdims:
         shp = [1 if i in axes else s for i, s in enumerate(np.shape(lo))]
         L, H = L.reshape(shp), H.reshape(shp)
-    F = self.fmt(np.asarray(concrete(v)).dtype)
+    out_dt = np.asarray(concrete(v)).dtype
+    F = self.fmt(out_dt)
     if F is not None:
-        d = acc_delta(self, "reduce_prod", self.resolve(
-            "reduce_prod", np.asarray(concrete(v)).dtype).accumulate)
-        g = self.gamma(max(n - 1, 0), d)
-        mag = np.maximum(np.abs(L), np.abs(H))
+        # each of the n - 1 multiplications (in the accumulator's format, any order) errs by
+        # <= d·|p| + η; an absolute error η is then multiplied by the factors still to come,
+        # whichever they are: by at most A = Π max(1, |x_i|) (an underflowed partial product
+        # times large factors). Where A passes the accumulator's range, some order's partial
+        # product overflows: ±inf with the product's sign, NaN if a factor may be 0 (0·inf).
+        # Then the rounding into the output format.
+        Facc = self.resolve("reduce_prod", out_dt).accumulate
+        acc = self.accuracy("reduce_prod", Facc)
+        g = self.gamma(max(n - 1, 0), acc_delta(self, "reduce_prod", Facc))
+        eta = math.inf if acc.input_dependent else \
+            acc.ulps * Facc.smallest_subnormal + acc.absolute
         with np.errstate(all="ignore"):
-            e = up(g * mag, 2) + n * F.smallest_subnormal
+            mag = np.maximum(np.abs(L), np.abs(H))
+            amp = np.prod(np.maximum(np.maximum(np.abs(lo), np.abs(hi)), 1.0), axis=axis,
+                          keepdims=keepdims)
+            e = up(g * mag, 2) + up(max(n - 1, 0) * eta * (1 + g) * amp, 4)
             L, H = widen(L - e, H + e, 1)
-            L, H = overflow(L, H, F)
+            over = up(amp, 1) > Facc.max
+            if np.any(over):
+                zero = np.any((lo <= 0) & (hi >= 0), axis=axis, keepdims=keepdims)
+                L = np.where(over & zero, np.nan, np.where(over & (L < 0), -np.inf, L))
+                H = np.where(over & zero, np.nan, np.where(over & (H > 0), np.inf, H))
+            L, H = _to_output(self, L, H, Facc, F)
         L, H = no_claim_where_nan(L, H, concrete(v))       # 0·inf: NaN, not [-inf, inf]
     else:               # integers: exact, the enclosure tightened to the integers in it
         L, H = self.integer_bounds("reduce_prod", np.asarray(concrete(v)).dtype, L, H)
