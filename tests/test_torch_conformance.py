@@ -149,6 +149,8 @@ CASES = {
     "pow_scalar": (lambda x: torch.pow(x, 1.5), positive, True),
     "erf": (torch.erf, rows, ERF),
     "gelu": (F.gelu, rows, ERF),
+    # log(y) rounded to the half dtype before the product (torch's kernel, not the export's)
+    "xlogy": (lambda x: torch.xlogy(x, x.abs() + 0.1), rows, True),
     "gelu_tanh": (lambda x: F.gelu(x, approximate="tanh"), rows, TANH_CANCEL),
     # special functions: lgamma the C library's (no primitive chain: no stochastic rule);
     # polygamma(1, x) torch's trigamma kernel step by step

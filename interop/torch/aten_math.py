@@ -298,6 +298,18 @@ def _logsumexp(ctx, x, dim, keepdim=False):
     return cast(fnp.add(step(fnp.log(s)), m if keepdim else fnp.squeeze(m, dims)), out)
 
 
+@_op("aten.xlogy.Tensor")
+def _xlogy(ctx, x, y):
+    """torch's CPU kernel: 0 where x is 0, else x·log(y) (NaN where y is NaN); for a
+    float16/bfloat16 result log(y) is rounded to that dtype before the product (measured,
+    bit for bit; the export's decomposition rounds once, and torch's output left its bound)."""
+    out, comp = ctx.dtype, opmath(ctx.dtype)
+    xc, yc = cast(x, comp), cast(y, comp)
+    r = fnp.multiply(xc, cast(cast(fnp.log(yc), out), comp))
+    r = fnp.where(fnp.equal(xc, 0), cast(0.0, comp), r)
+    return cast(fnp.where(fnp.isnan(yc), cast(np.nan, comp), r), out)
+
+
 @_op("aten.amax", "aten.amin")
 def _amaxmin(ctx, x, dim=(), keepdim=False):
     f = fnp.max if ctx.op.startswith("aten.amax") else fnp.min

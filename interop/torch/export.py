@@ -20,7 +20,7 @@ from fpx.interop.torch.table import (Ctx, UnmappedOpError, conform, getitem, is_
 
 _KEEP = ("aten.linear.default", "aten.scaled_dot_product_attention.default",
          "aten.logsumexp.default", "aten.silu.default", "aten.hardswish.default",
-         "aten.hardsigmoid.default")
+         "aten.hardsigmoid.default", "aten.xlogy.Tensor")
 
 
 # torch.export is not thread-safe (its fake mode, and a non-strict export swaps the module's

@@ -169,10 +169,11 @@ class Event:
     count: int = 1
 
 
-class OutsideBoundWarning(UserWarning):
+class OutsideBoundWarning(Warning):
     """A program's own output (torch's run of a module, the GPU's run of a CuPy program) lies
     outside the bound fpx computed for it: fpx's model of some kernel does not cover what that
     kernel computed (or the precision policy given does not describe it). The bound is widened
-    to hold the output and those elements are marked unstable; an ``Event`` counts them. (Not a
-    ``RuntimeWarning``: filters that silence floating-point noise leave it alone.)"""
+    to hold the output and those elements are marked unstable; an ``Event`` counts them. A
+    category of its own (not a ``RuntimeWarning`` or ``UserWarning``): filters that silence
+    floating-point noise or a library's user warnings leave it alone."""
 
