@@ -619,8 +619,8 @@ def interval_input(rng, x, r_ulps):
 # Case generation (hypothesis)
 # =============================================================================================
 ALL_OPS = ("add", "sub", "mul", "div", "max", "min", "where", "select", "exp", "log", "sqrt",
-           "tanh", "erf", "sin", "cos", "atan", "abs", "neg", "square", "reciprocal", "scale", "cast",
-           "cast", "matmul", "matmul", "sum", "sum", "mean", "cumsum", "softmax", "layer_norm",
+           "tanh", "erf", "sin", "cos", "atan", "abs", "neg", "square", "reciprocal", "scale",
+           "cast", "cast", "matmul", "matmul", "sum", "sum", "mean", "cumsum", "softmax", "layer_norm",
            "T")
 RATIONAL_OPS = tuple(o for o in ALL_OPS if o not in TRANSCENDENTAL + ("softmax",))
 UNIFORM = [(F64,), (F32,), (F16,), (BF16,)]
@@ -2484,6 +2484,7 @@ def _max_of_others(a, ax):
 def _softmax_bounds_reference(lo, hi, ax, n, r_s, a_s, k, r_e, a_e, r_d, a_d, dlow, dhigh):
     """The softmax rule's bound (``fpx.transforms.interval.nn._softmax``) in array operations:
     the reference its compiled row kernel ``KN.softmax_bounds`` is tested against."""
+    LIBM, E64 = ivenc.LIBM64_ULPS, ivenc.E64
     with np.errstate(all="ignore"):
         # the subtraction x - max(x) rounds: an input perturbation of r_s |x - M| + a_s
         mlo = np.max(lo, axis=ax, keepdims=True)
@@ -2508,16 +2509,17 @@ def _softmax_bounds_reference(lo, hi, ax, n, r_s, a_s, k, r_e, a_e, r_d, a_d, dl
         phi = eh / (eh + others_lo) * (1 + 4 * ivenc.E64)
         # where the exps underflow (a box far wider than float64's exp range), in the log
         # domain: the ratio is at least 1/(1 + (n-1)·exp(max_{k != j} dh_k - dl_j)) and, the
-        # denominator being at least its largest term, at most exp(dh_j - max(dh_j, max_{k != j} dl_k))
+        # denominator being at least its largest term, at most
+        # exp(dh_j - max(dh_j, max_{k != j} dl_k))
         t = _max_of_others(dh, ax) - dl
         # (t = -inf: no other element, n = 1; exp's error factor would make 0·inf NaN)
         et = np.where(t == -np.inf, 0.0,
-                      np.exp(t) * (1 + (ivenc.LIBM64_ULPS + 4 + np.abs(t)) * ivenc.E64) + ivenc.TINY64)
+                      np.exp(t) * (1 + (LIBM + 4 + np.abs(t)) * E64) + ivenc.TINY64)
         plo = np.where(el == 0, np.maximum(1.0 / (1.0 + (n - 1) * et * (1 + 2 * ivenc.E64))
                                            * (1 - 4 * ivenc.E64), 0.0), plo)
         t = dh - np.maximum(dh, _max_of_others(dl, ax))
         phi = np.where(eh + others_lo == 0,
-                       np.exp(t) * (1 + (ivenc.LIBM64_ULPS + 4 + np.abs(t)) * ivenc.E64) + ivenc.TINY64, phi)
+                       np.exp(t) * (1 + (LIBM + 4 + np.abs(t)) * E64) + ivenc.TINY64, phi)
         phi = np.minimum(phi, 1.0)
         # the evaluation's errors: exp (relative r_e, absolute a_e), the sum (gamma, beta:
         # dlow/dhigh), the division; the exact sum is >= 1 (the max's own term is exp(0))

@@ -29,8 +29,8 @@ from fpx.kernels import conv as _kconv
 from fpx.kernels import interval as _K
 from fpx.transforms.interval import engines
 from fpx.transforms.interval.enclosure import (E64, accuracy_terms, as_f64, gamma64,
-                                               no_claim_where_nan, partial_sum_split, or_unstable, overflow,
-                                               round_bounds, up, widen)
+                                               no_claim_where_nan, or_unstable, overflow,
+                                               partial_sum_split, round_bounds, up, widen)
 from fpx.transforms.interval.interpreter import rule
 from fpx.transforms.interval.logic import bool_interval, contains_format
 
