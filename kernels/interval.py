@@ -1,8 +1,8 @@
 """Fused one-pass kernels of the interval transform (numba loops, IEEE round-to-nearest: no
 fastmath, so no reassociation).
 
-NumPy needs ~12 passes (and as many multi-MB temporaries) to widen a pair of bounds, add a
-rounding error and map overflow to infinity; these do it in one pass per bound.
+Each widens a pair of bounds, adds a rounding error and maps overflow to infinity in one pass
+per bound, without temporaries.
 
 * ``down(x, rel, absl, top)`` = ``x - (min(|x|, MAX)·rel + absl)``; ``top``: where the
   rounding may overflow; below ``-top``, at least ``-top·(1 + 2^-40)`` where ``x`` is not,
@@ -24,9 +24,8 @@ rounding error and map overflow to infinity; these do it in one pass per bound.
   ``F32_FLOOR`` = 2^-102: no subnormal operands or products in the radius GEMM, which cost
   Intel cores a microcode assist per multiply); zero-width zeros give 0 exactly.
 
-Each is one compiled loop over (rows, last axis) blocks of contiguous memory (the inner loop
-vectorizes; a numba ``vectorize`` ufunc calls its scalar kernel per element, which is
-slower). :func:`_flat` lays the operands out: arrays of the full shape in place, a bias row
+Each is one compiled loop over (rows, last axis) blocks of contiguous memory, whose inner loop
+vectorizes. :func:`_flat` lays the operands out: arrays of the full shape in place, a bias row
 as a row, scalars as scalars (numba compiles a specialization for each mix); anything else
 is expanded once -- except two layouts that would otherwise be copied: operands that are all
 one permutation of a dense block (attention's head-split and transposed activations) run in
@@ -364,8 +363,8 @@ def _mul_range(al, ah, bl, bh):
 def _signed(l, h, nonneg, nonpos):
     """A correctly rounded or faithful result keeps its exact value's sign (0 is a float and
     rounding is monotone): bounds [l, h] stay >= 0 where every exact value is (``nonneg``),
-    <= 0 where every one is <= 0 (an exact 0 widened by the subnormal quantum made sqrt(0/8)
-    NaN)."""
+    <= 0 where every one is <= 0 (an exact 0 widened by the subnormal quantum would make
+    sqrt(0/8) NaN)."""
     l = 0.0 if nonneg & (l < 0) & (l > -math.inf) else l     # (±inf: 0·inf, NaN possible)
     h = 0.0 if nonpos & (h > 0) & (h < math.inf) else h
     return l, h
@@ -393,23 +392,22 @@ def _at_most(y, c):
 
 
 @numba.njit(cache=True, error_model="numpy")
-def _add_loop(alo, ahi, blo, bhi, rel, absl, top, floor, lo, hi):
+def _add_loop(alo, ahi, blo, bhi, rel, absl, top, lo, hi):
     for i in range(lo.shape[0]):
         for j in range(lo.shape[1]):
             l, h = _add_rounded(
                 np.float64(_at(alo, i, j)), np.float64(_at(ahi, i, j)),
                 np.float64(_at(blo, i, j)), np.float64(_at(bhi, i, j)),
                 _at(rel, i, j), _at(absl, i, j), top)
-            lo[i, j], hi[i, j] = _at_least(l, floor), _at_least(h, floor)
+            lo[i, j], hi[i, j] = l, h
 
 
-def add_bounds(alo, ahi, blo, bhi, rel, absl, top, floor=-math.inf):
+def add_bounds(alo, ahi, blo, bhi, rel, absl, top):
     """``down(alo + blo, ...)``, ``up(ahi + bhi, ...)`` in one pass (``rel`` must cover the
-    float64 addition's rounding too); ``floor``: then ``np.maximum(·, floor)`` of both (a
-    ReLU after the add: the max rule's bounds, without the intermediate arrays)."""
+    float64 addition's rounding too)."""
     (alo, ahi, blo, bhi, rel, absl), (lo, hi), shape, (rlo, rhi) = _flat(
         (alo, ahi, blo, bhi, rel, absl), (np.float64, np.float64))
-    _add_loop(alo, ahi, blo, bhi, rel, absl, float(top), float(floor), lo, hi)
+    _add_loop(alo, ahi, blo, bhi, rel, absl, float(top), lo, hi)
     return _result(rlo, shape), _result(rhi, shape)
 
 
@@ -514,7 +512,7 @@ def div_bounds(alo, ahi, blo, bhi, rel, absl, top):
 
 
 @numba.njit(cache=True, error_model="numpy")
-def _affine_loop(xlo, xhi, slo, shi, tlo, thi, r1, a1, r2, a2, top, floor, lo, hi):
+def _affine_loop(xlo, xhi, slo, shi, tlo, thi, r1, a1, r2, a2, top, lo, hi):
     # the product and sum from the mul and add loops' inline helpers (the same code)
     for i in range(lo.shape[0]):
         for j in range(lo.shape[1]):
@@ -523,18 +521,17 @@ def _affine_loop(xlo, xhi, slo, shi, tlo, thi, r1, a1, r2, a2, top, floor, lo, h
                                 _at(r1, i, j), _at(a1, i, j), top)
             l, h = _add_rounded(l, h, np.float64(_at(tlo, i, j)), np.float64(_at(thi, i, j)),
                                 _at(r2, i, j), _at(a2, i, j), top)
-            lo[i, j], hi[i, j] = _at_least(l, floor), _at_least(h, floor)
+            lo[i, j], hi[i, j] = l, h
 
 
-def affine_bounds(xlo, xhi, slo, shi, tlo, thi, r1, a1, r2, a2, top, floor=-math.inf):
+def affine_bounds(xlo, xhi, slo, shi, tlo, thi, r1, a1, r2, a2, top):
     """``mul_bounds`` of [xlo, xhi] by [slo, shi] (widened by r1/a1), then ``add_bounds`` of
     [tlo, thi] (r2/a2), in one pass -- the same float64 operations in the same order, so the
     same bounds bit for bit, without the intermediate arrays (a batch norm's x·alpha + beta,
-    alpha and beta per channel). ``floor``: the bounds then ``np.maximum(·, floor)`` (a ReLU
-    after the batch norm)."""
+    alpha and beta per channel)."""
     ops, (lo, hi), shape, (rlo, rhi) = _flat((xlo, xhi, slo, shi, tlo, thi, r1, a1, r2, a2),
                                              (np.float64, np.float64))
-    _affine_loop(*ops, float(top), float(floor), lo, hi)
+    _affine_loop(*ops, float(top), lo, hi)
     return _result(rlo, shape), _result(rhi, shape)
 
 
@@ -585,8 +582,8 @@ def f32_upper(x):
 
 # Smallest nonzero GEMM operand the float32 radius kernels hand to BLAS: its products with
 # weights down to 2^-24 stay normal. A subnormal operand or product costs Intel cores a
-# microcode assist per multiply-add (a 2^-126 floor on exact-looking zeros would slow the
-# GEMMs); the floor's own width is negligible next to a float32 ulp.
+# microcode assist per multiply-add; the floor's own width is negligible next to a float32
+# ulp.
 F32_FLOOR = 2.0 ** -102
 
 
@@ -640,9 +637,9 @@ def _sample_sums(v, r, shape):
 
 @numba.njit(inline="always", error_model="numpy")
 def _right_of_radius(vv, r0):
-    """(B̂, r_B) of one element from its value and a radius r0 (see ``_right_elem``)."""
+    """(B̂, r_B) of one element from its value and a radius r0 (``mm_right_ball``)."""
     r, a = _radius_abs_up(vv, r0)
-    zero = (vv == 0.0) & (r0 == 0.0)          # exact zeros stay 0 (see mm_left)
+    zero = (vv == 0.0) & (r0 == 0.0)          # exact zeros stay 0 (see _left_of_radius)
     return np.float32(0.0) if zero else _f32_up(a), np.float32(0.0) if zero else _f32_up(r)
 
 
@@ -737,7 +734,7 @@ def _any_differ_loop(a, b):
 
 def any_differ(a, b):
     """``np.any(a != b)`` of two same-shape arrays, stopping at the first difference (an
-    interval's bounds usually differ at once; the full comparison was a pass of its own)."""
+    interval's bounds usually differ at once)."""
     a, b = np.asarray(a), np.asarray(b)
     if (a.shape == b.shape and a.dtype == b.dtype and a.flags.c_contiguous
             and b.flags.c_contiguous):
@@ -756,8 +753,7 @@ def _transpose_loop(a, out):
 
 
 def transposed(a):
-    """A C-contiguous copy of the 2-D array ``a.T``, in 16x16 tiles written row by row
-    (faster than NumPy's strided copy of a transposed matrix)."""
+    """A C-contiguous copy of the 2-D array ``a.T``, in 16x16 tiles written row by row."""
     out = np.empty((a.shape[1], a.shape[0]), a.dtype)
     _transpose_loop(a, out)
     return out

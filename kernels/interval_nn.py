@@ -1,6 +1,6 @@
 """Row kernels of the interval transform's softmax, layer-norm and attention rules (numba, IEEE
-round-to-nearest, no fastmath): each row is read into cache once and bounded in a few passes,
-where the rules' decompositions made ~25 passes over the whole block. The derivations are in
+round-to-nearest, no fastmath): each row is read into cache once and bounded in a few
+passes. The derivations are in
 the rules' docstrings (``fpx/transforms/interval/nn.py``); the elementwise and ball kernels
 they share are in :mod:`fpx.kernels.interval`.
 
@@ -39,8 +39,7 @@ def _nmin(a, b):
 @numba.njit(inline="always")
 def _row_max(x):
     """max of a 1-D array of finite floats (-inf if empty) over eight independent lanes (one
-    running max is a chain of dependent compares that does not vectorize; NumPy's axis
-    reduction of short rows is slower too)."""
+    running max is a chain of dependent compares that does not vectorize)."""
     n = x.shape[0]
     a0 = a1 = a2 = a3 = a4 = a5 = a6 = a7 = -math.inf
     j = 0
@@ -215,9 +214,8 @@ def _softmax_row_underflow(dl, dh, el, eh, sl, sh, libm, ylo, yhi, r_e, a_e, r_d
         ylo[j], yhi[j] = _softmax_out(plo, phi, r_e, a_e, r_d, a_d, inv_dl_hi, inv_dh_lo, k)
 
 
-# rows per block of the softmax passes: a block's shifted arguments, exps and bounds (~1.3 MB
-# at 128 columns) stay in L2 between the passes instead of making ~110 bytes of memory
-# traffic per score
+# rows per block of the softmax passes: a block's shifted arguments, exps and bounds stay in
+# cache between the passes
 _SOFTMAX_BLOCK = 256
 
 
@@ -225,9 +223,7 @@ def softmax_bounds(x, r_s, a_s, k, r_e, a_e, r_d, a_d, dlow, dhigh, g64, libm):
     """fpx.interval's softmax rule (see its docstring for the derivation) along the last axis
     of ``x``, a box (lo, hi) or a ball (v, r, top) whose box is formed a block of rows at a
     time (``center_bounds``, as the ball's own ``lo``/``hi``): two compiled row passes around
-    NumPy's SIMD exp, elementwise loops that vectorize (the NumPy spelling made ~35 passes
-    over the whole block; a scalar exp per element in the loop is slower still, and so are
-    loops that carry the rows' maxima and branches), over blocks of rows that stay in
+    NumPy's SIMD exp, elementwise loops that vectorize, over blocks of rows that stay in
     cache."""
     shape = x[0].shape
     a2, b2 = (np.ascontiguousarray(z).reshape(-1, shape[-1]) for z in x[:2])
@@ -283,8 +279,8 @@ def _ln_q_max(n, var_lo, M2, e_mu, a_v, g_v, d_op, d_s, eta, eps):
     ways to keep the dip of var - G·σ from reaching s': (a) var - G·σ >= (1-θ)·var -
     G²/(4θ) with G²/(4θ) paid from eps; (b) σ >= m·G gives var - G·σ >= (1 - 1/m)·var, and
     below that var' >= 0 leaves s'² >= (1-d)·eps - η. The least of the bounds is taken.
-    Without it a wide box (s_lo near sqrt(eps)) gave |y - b| up to |x|/sqrt(eps)·|w|, far
-    past sqrt(n)·|w|."""
+    Without it a wide box (s_lo near sqrt(eps)) would give |y - b| up to |x|/sqrt(eps)·|w|,
+    far past sqrt(n)·|w|."""
     E = _E
     G = g_v * math.sqrt(M2) * (1 + 4 * E)
     beta = (G * e_mu + a_v) * (1 + 4 * E)
@@ -454,7 +450,7 @@ def _layer_norm_rows(v, a, b_in, w, b, eps_lo, eps_hi, g_mu, g_v, g_out, d_op, d
                 break
             continue
         # d/s over s in [s_lo, s_hi] through reciprocals rounded outward (no division per
-        # element: five per element had made this pass divider-bound): inv_hi <= 1/s_hi,
+        # element): inv_hi <= 1/s_hi,
         # inv_lo >= 1/s_lo (finite: s_lo >= sqrt(2^-1074)); each product's own rounding is
         # the quotient's, which the 2ε steps below widen by
         inv_hi = 1.0 / s_hi * (1 - 2 * _E)
@@ -499,7 +495,7 @@ def layer_norm_bounds(v, x, w, b, eps_lo, eps_hi, g_mu, g_v, g_out, d_op, d_s, e
     finite or a ball is more than 5% wider than its box (bounds lopsided about the value: a
     wide box clamped by the a priori range). n_bad: rows where the program's intermediates
     might pass ``lim`` or an input is not finite. Three compiled passes per row, with the
-    row in cache: the decomposition's rules made ~25 passes over the whole block."""
+    row in cache."""
     n = v.shape[-1]
     if vy is None:
         out_a, out_b = np.empty(v.shape), np.empty(v.shape)
