@@ -198,6 +198,13 @@ def product_range(alo, ahi, blo, bhi):
     return widen(lo, hi)
 
 
+def truth(lo, hi):
+    """(certain, possible): every value in [lo, hi] is nonzero (true), some is. A NaN end
+    ("an execution may give NaN", which is true) leaves the other end to decide."""
+    with np.errstate(invalid="ignore"):
+        return (lo > 0) | (hi < 0), (lo != 0) | (hi != 0)
+
+
 def any_nan(*xs):
     out = np.isnan(xs[0])
     for x in xs[1:]:

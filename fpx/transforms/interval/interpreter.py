@@ -24,9 +24,9 @@ from fpx import formats as _formats
 from fpx.core import Interpreter, Tracer, _user_frame, concrete, scalar_operator_active
 from fpx.kernels import interval as _K
 from fpx.policy import get_policy
-from fpx.transforms.interval.enclosure import (E64, accuracy_terms, as_f64, gamma,
-                                               or_unstable, round_bounds, rounding_terms,
-                                               sign_keeping, widen)
+from fpx.transforms.interval.enclosure import (E64, accuracy_terms, as_f64, gamma, or_unstable,
+                                               round_bounds, rounding_terms, sign_keeping, truth,
+                                               widen)
 from fpx.transforms.interval.result import Event
 
 MATMUL_MODES = ("midrad", "fast", "exact-center")
@@ -405,8 +405,7 @@ class IntervalInterpreter(Interpreter):
         with np.errstate(invalid="ignore"):
             lo, hi = np.ceil(lo), np.floor(hi)
             if dt.kind == "b":
-                return (((lo > 0) | (hi < 0)).astype(np.float64),
-                        ((lo != 0) | (hi != 0)).astype(np.float64))
+                return tuple(t.astype(np.float64) for t in truth(lo, hi))
             info = np.iinfo(dt)
             top = math.ldexp(1.0, info.bits - (dt.kind == "i"))    # max + 1, exact in float64
             over = (hi >= top) | (lo < float(info.min))

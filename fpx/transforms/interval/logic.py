@@ -8,7 +8,7 @@ import numpy as np
 
 from fpx import formats as _formats
 from fpx.core import concrete
-from fpx.transforms.interval.enclosure import any_nan, as_f64, or_unstable, round_bounds
+from fpx.transforms.interval.enclosure import any_nan, as_f64, or_unstable, round_bounds, truth
 from fpx.transforms.interval.interpreter import rule
 
 
@@ -16,13 +16,6 @@ def bool_interval(certain, possible):
     lo = certain.astype(np.float64)
     hi = possible.astype(np.float64)
     return lo, hi, lo != hi
-
-
-def truth(lo, hi):
-    """(certain, possible): every value in [lo, hi] is nonzero (true), some is. A NaN end
-    ("an execution may give NaN", which is true) leaves the other end to decide."""
-    with np.errstate(invalid="ignore"):
-        return (lo > 0) | (hi < 0), (lo != 0) | (hi != 0)
 
 
 @rule("lt", "le", "gt", "ge", "eq", "ne")
